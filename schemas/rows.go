@@ -1,0 +1,99 @@
+package schemas
+
+// Row types of every artifact table. The parquet tags fix the column names
+// that DuckDB, pyarrow and polars users see; change them only together with
+// the table's schema version.
+
+// Task is one row of the tasks table: a question of some domain and split.
+type Task struct {
+	ID       string   `parquet:"id" json:"id"`
+	Domain   string   `parquet:"domain" json:"domain"`
+	Split    string   `parquet:"split" json:"split"`
+	Question string   `parquet:"question" json:"question"`
+	Answers  []string `parquet:"answers,list" json:"answers"`
+	// Meta is a JSON object with domain-specific fields (a puzzle's FEN and
+	// rating, a data source's extra_info); JSON text keeps the column type
+	// stable across domains.
+	Meta string `parquet:"meta" json:"meta"`
+}
+
+// ToolCall is one native tool call made by the model in an assistant message.
+type ToolCall struct {
+	ID        string `parquet:"id" json:"id"`
+	Name      string `parquet:"name" json:"name"`
+	Arguments string `parquet:"arguments" json:"arguments"`
+}
+
+// Message is one chat message as the model saw or wrote it.
+type Message struct {
+	Role       string     `parquet:"role" json:"role"`
+	Content    string     `parquet:"content" json:"content"`
+	Name       string     `parquet:"name" json:"name,omitempty"`
+	ToolCallID string     `parquet:"tool_call_id" json:"tool_call_id,omitempty"`
+	ToolCalls  []ToolCall `parquet:"tool_calls,list" json:"tool_calls,omitempty"`
+}
+
+// TraceEvent is one step of an episode's execution trace: a hook call, a
+// model call, a tool call or an error, with what the harness fed back.
+type TraceEvent struct {
+	Turn     int32  `parquet:"turn" json:"turn"`
+	Kind     string `parquet:"kind" json:"kind"`
+	Action   string `parquet:"action" json:"action"`
+	Feedback string `parquet:"feedback" json:"feedback"`
+}
+
+// Rollout is one episode: a harness driving a model on a task.
+type Rollout struct {
+	Run              string       `parquet:"run" json:"run"`
+	Position         string       `parquet:"position" json:"position"`
+	ModelID          string       `parquet:"model_id" json:"model_id"`
+	HarnessID        string       `parquet:"harness_id" json:"harness_id"`
+	TaskID           string       `parquet:"task_id" json:"task_id"`
+	Sample           int32        `parquet:"sample" json:"sample"`
+	Seed             int64        `parquet:"seed" json:"seed"`
+	Reward           float64      `parquet:"reward" json:"reward"`
+	Correct          bool         `parquet:"correct" json:"correct"`
+	Answer           string       `parquet:"answer" json:"answer"`
+	FinishReason     string       `parquet:"finish_reason" json:"finish_reason"`
+	Error            string       `parquet:"error" json:"error"`
+	Turns            int32        `parquet:"turns" json:"turns"`
+	PromptTokens     int64        `parquet:"prompt_tokens" json:"prompt_tokens"`
+	CompletionTokens int64        `parquet:"completion_tokens" json:"completion_tokens"`
+	LatencyMS        int64        `parquet:"latency_ms" json:"latency_ms"`
+	Messages         []Message    `parquet:"messages,list" json:"messages"`
+	Trace            []TraceEvent `parquet:"trace,list" json:"trace"`
+}
+
+// SFTExample is one training example made from an accepted episode.
+type SFTExample struct {
+	ExampleID string    `parquet:"example_id" json:"example_id"`
+	EpisodeID string    `parquet:"episode_id" json:"episode_id"`
+	TaskID    string    `parquet:"task_id" json:"task_id"`
+	Messages  []Message `parquet:"messages,list" json:"messages"`
+	// TrainMask has one entry per message: true where the message was
+	// written by the model and carries loss.
+	TrainMask []bool `parquet:"train_mask,list" json:"train_mask"`
+}
+
+// Eval is the score of one (candidate, task) pair over k samples.
+type Eval struct {
+	HarnessID  string  `parquet:"harness_id" json:"harness_id"`
+	ModelID    string  `parquet:"model_id" json:"model_id"`
+	TaskID     string  `parquet:"task_id" json:"task_id"`
+	K          int32   `parquet:"k" json:"k"`
+	MeanReward float64 `parquet:"mean_reward" json:"mean_reward"`
+	PassAtK    float64 `parquet:"pass_at_k" json:"pass_at_k"`
+	MeanTurns  float64 `parquet:"mean_turns" json:"mean_turns"`
+	MeanTokens float64 `parquet:"mean_tokens" json:"mean_tokens"`
+}
+
+// Candidate is one harness candidate proposed during a harness phase.
+type Candidate struct {
+	HarnessID  string `parquet:"harness_id" json:"harness_id"`
+	ParentID   string `parquet:"parent_id" json:"parent_id"`
+	Name       string `parquet:"name" json:"name"`
+	Hypothesis string `parquet:"hypothesis" json:"hypothesis"`
+	Axis       string `parquet:"axis" json:"axis"`
+	Proposer   string `parquet:"proposer" json:"proposer"`
+	Source     string `parquet:"source" json:"source"`
+}
