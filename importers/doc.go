@@ -1,0 +1,24 @@
+// Package importers brings tasks into whale from the formats users have:
+// JSONL, the Lichess puzzle CSV, and the Parquet layout of verl, SkyRL and
+// Search-R1.
+//
+// Contract:
+//   - Importers stream: they call fn once per task, in file order, and keep
+//     memory bounded by the longest line (JSONL) or one record batch
+//     (Parquet), never by the file size. They write nothing themselves.
+//   - The first bad input stops the import with one *Error naming the file
+//     and the line (JSONL, CSV; 1-based), or the row (Parquet; 0-based, as
+//     pandas and polars show it), the column or field, and what was
+//     expected. Tasks already passed to fn must then be discarded by the
+//     caller: an import is all or nothing.
+//   - An error returned by fn stops the import and comes back wrapped with
+//     the position of the task (errors.Is/As see through it).
+//   - Precedence for Domain and Split: a value the record states explicitly
+//     (JSONL "domain"/"split", verl extra_info.split) wins over Options,
+//     and Options win over values inferred from the data (verl data_source).
+//   - Every Task has a non-empty ID, Question, Domain and at least one answer;
+//     Meta is always a JSON object.
+//
+// Uniqueness of IDs across a file or several files is the caller's check:
+// it needs memory per task.
+package importers

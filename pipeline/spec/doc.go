@@ -1,0 +1,22 @@
+// Package spec defines the experiment file a researcher writes and the frozen
+// run.json that `whale init` derives from it.
+//
+// Contract:
+//   - Parse/Load decode YAML strictly: an unknown field, a wrong type, a
+//     duplicate key or a syntax error is an *Error that names the file, line,
+//     column and field path. All problems found are returned together as an
+//     ErrorList.
+//   - A parsed Experiment starts from Defaults() (the paper's settings), gets
+//     the fields that depend on other fields from Normalize(), and passes
+//     Validate(). Parse returns nothing else.
+//   - Freeze turns a valid Experiment into a Run whose SpecDigest is the sha256
+//     of the canonical JSON of the normalized spec: compact, object keys sorted,
+//     so the digest does not depend on the key order or formatting of the YAML.
+//     DecodeRun verifies that digest when run.json is read back.
+//   - Diff names the field paths in which two specs differ; it is what an
+//     error about "the same run with a different spec" shows.
+//
+// To add a field: add it to the struct with yaml and json tags, its default to
+// Defaults (or Normalize when it depends on other fields) and its checks to
+// Validate. The decoder, the canonical form and Diff follow the tags.
+package spec

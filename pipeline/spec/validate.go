@@ -1,0 +1,352 @@
+package spec
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	envVarRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// reservedExtra are request fields whale sets itself; model.extra may not
+// override them, or the spec would say one thing and the requests another.
+var reservedExtra = []string{
+	"model", "messages", "temperature", "top_p", "top_k", "max_tokens",
+	"max_completion_tokens", "n", "stream", "seed",
+}
+
+// Validate checks a normalized Experiment. The error is an ErrorList with one
+// entry per problem, each naming the field path and what was expected.
+func (e *Experiment) Validate() error {
+	return e.validate().err()
+}
+
+type checker struct{ errs ErrorList }
+
+func (c *checker) add(path, format string, args ...any) {
+	c.errs = append(c.errs, &Error{Path: path, Msg: fieldName(path) + ": " + fmt.Sprintf(format, args...)})
+}
+
+// addSensitive is add for values that may hold a secret.
+func (c *checker) addSensitive(path, format string, args ...any) {
+	c.add(path, format, args...)
+	c.errs[len(c.errs)-1].sensitive = true
+}
+
+func (c *checker) oneOf(path, got string, allowed []string) {
+	if slices.Contains(allowed, got) {
+		return
+	}
+	if got == "" {
+		c.add(path, "required, one of %s", strings.Join(allowed, ", "))
+		return
+	}
+	c.add(path, "must be one of %s; got %q", strings.Join(allowed, ", "), got)
+}
+
+func (c *checker) atLeast(path string, got, least int64) {
+	if got < least {
+		c.add(path, "must be at least %d, got %d", least, got)
+	}
+}
+
+func (c *checker) positive(path string, got float64) {
+	if math.IsNaN(got) || math.IsInf(got, 0) || got <= 0 {
+		c.add(path, "must be a number > 0, got %v", got)
+	}
+}
+
+func (c *checker) within(path string, got, lo, hi float64) {
+	if math.IsNaN(got) || got < lo || got > hi {
+		c.add(path, "must be in [%v, %v], got %v", lo, hi, got)
+	}
+}
+
+func (c *checker) required(path, got, what string) {
+	if strings.TrimSpace(got) == "" {
+		c.add(path, "required: %s", what)
+	}
+}
+
+// endpoint checks an http(s) base URL. It never echoes a password.
+func (c *checker) endpoint(path, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		c.addSensitive(path, "must be an http:// or https:// URL with a host, got %q", redact(raw))
+		return
+	}
+	if u.User != nil {
+		c.addSensitive(path, "must not carry credentials (%s); name the key's environment variable in api_key_env", u.Redacted())
+	}
+}
+
+func (c *checker) apiKeyEnv(path, got string) {
+	if got != "" && !envVarRE.MatchString(got) {
+		// Never echo the value: it may be the key itself.
+		c.addSensitive(path, "must name an environment variable (e.g. OPENAI_API_KEY), not hold the key")
+	}
+}
+
+// dataset checks a dataset reference: a path under the root or a URL.
+func (c *checker) dataset(path, ref string) {
+	if ref != strings.TrimSpace(ref) {
+		c.add(path, "has leading or trailing spaces: %q", ref)
+		return
+	}
+	if strings.Contains(ref, "://") {
+		u, err := url.Parse(ref)
+		if err != nil || u.Scheme == "" {
+			c.addSensitive(path, "is not a valid URL: %q", redact(ref))
+			return
+		}
+		if _, hasPass := u.User.Password(); hasPass {
+			c.addSensitive(path, "must not carry credentials (%s)", u.Redacted())
+		}
+	}
+}
+
+// redact drops anything that looks like userinfo from a string that failed
+// to parse as a URL.
+func redact(raw string) string {
+	if i := strings.Index(raw, "@"); i >= 0 {
+		if j := strings.Index(raw, "://"); j >= 0 && j < i {
+			return raw[:j+3] + "xxxxx" + raw[i:]
+		}
+	}
+	return raw
+}
+
+func (e *Experiment) validate() ErrorList {
+	c := &checker{}
+	if e.Name == "" {
+		c.add("name", "required: lowercase letters, digits and '-'")
+	} else if !nameRE.MatchString(e.Name) {
+		c.add("name", "must be lowercase letters, digits and '-', starting with a letter or digit, at most 63 characters; got %q", e.Name)
+	}
+	c.oneOf("domain", e.Domain, Domains)
+	c.oneOf("schedule", e.Schedule, Schedules)
+	weights, harness := e.HasWeightPhases(), e.HasHarnessPhases()
+
+	e.validateSwitch(c)
+	e.validateData(c, weights, harness)
+	e.validateModel(c)
+	if weights {
+		r := e.RSFT
+		c.atLeast("rsft.group_size", int64(r.GroupSize), 1)
+		c.atLeast("rsft.batch_size", int64(r.BatchSize), 1)
+		c.within("rsft.threshold", r.Threshold, 0, 1)
+		c.positive("rsft.learning_rate", r.LearningRate)
+		c.atLeast("rsft.sft_epochs", int64(r.SFTEpochs), 1)
+		if r.LoRA {
+			c.atLeast("rsft.lora_rank", int64(r.LoRARank), 1)
+			c.atLeast("rsft.lora_alpha", int64(r.LoRAAlpha), 1)
+		}
+		e.validateFinetune(c)
+	}
+	if harness {
+		e.validateHarness(c)
+	}
+	e.validateBudget(c, weights)
+	c.atLeast("eval.k", int64(e.Eval.K), 1)
+	c.atLeast("rollout.shards", int64(e.Rollout.Shards), 1)
+	c.atLeast("rollout.concurrency", int64(e.Rollout.Concurrency), 1)
+	return c.errs
+}
+
+func (e *Experiment) validateSwitch(c *checker) {
+	if e.Schedule != ScheduleWhale && e.Schedule != ScheduleFST {
+		// Only alternating schedules switch; the block is kept but unused.
+		return
+	}
+	c.oneOf("switch.mode", e.Switch.Mode, Switches)
+	switch e.Switch.Mode {
+	case SwitchFixed:
+		c.positive("switch.fixed.epochs", e.Switch.Fixed.Epochs)
+		c.atLeast("switch.fixed.iterations", int64(e.Switch.Fixed.Iterations), 1)
+	case SwitchPatience:
+		p := e.Switch.Patience
+		c.positive("switch.patience.window", p.Window)
+		if math.IsNaN(p.BurnIn) || math.IsInf(p.BurnIn, 0) || p.BurnIn < 0 {
+			c.add("switch.patience.burn_in", "must be a number >= 0, got %v", p.BurnIn)
+		}
+		c.positive("switch.patience.patience", p.Patience)
+		c.atLeast("switch.patience.harness_min", int64(p.HarnessMin), 1)
+		c.atLeast("switch.patience.harness_patience", int64(p.HarnessPatience), 1)
+		if p.HarnessCap < p.HarnessMin {
+			c.add("switch.patience.harness_cap", "must be at least harness_min (%d), got %d", p.HarnessMin, p.HarnessCap)
+		}
+	}
+}
+
+func (e *Experiment) validateData(c *checker, weights, harness bool) {
+	if weights {
+		c.required("data.train", e.Data.Train, "the training tasks the weight steps sample from")
+	}
+	if harness {
+		c.required("data.search", e.Data.Search, "the harness search set D_harness")
+	}
+	if e.Eval.TestEveryPhase {
+		c.required("data.test", e.Data.Test, "the test tasks (or set eval.test_every_phase: false)")
+	}
+	c.dataset("data.train", e.Data.Train)
+	c.dataset("data.search", e.Data.Search)
+	c.dataset("data.test", e.Data.Test)
+}
+
+func (e *Experiment) validateModel(c *checker) {
+	m := e.Model
+	c.oneOf("model.provider", m.Provider, Providers)
+	if m.Provider == ProviderOpenAI {
+		c.required("model.name", m.Name, "the model name the endpoints serve")
+		if len(m.Endpoints) == 0 {
+			c.add("model.endpoints", "required: at least one OpenAI-compatible base URL for provider openai")
+		}
+	}
+	for i, ep := range m.Endpoints {
+		c.endpoint(fmt.Sprintf("model.endpoints[%d]", i), ep)
+	}
+	c.apiKeyEnv("model.api_key_env", m.APIKeyEnv)
+	if math.IsNaN(m.Temperature) || math.IsInf(m.Temperature, 0) || m.Temperature < 0 {
+		c.add("model.temperature", "must be a number >= 0, got %v", m.Temperature)
+	}
+	if m.TopK < -1 {
+		c.add("model.top_k", "must be -1 (disabled), 0 (disabled) or a positive count, got %d", m.TopK)
+	}
+	if math.IsNaN(m.TopP) || m.TopP <= 0 || m.TopP > 1 {
+		c.add("model.top_p", "must be in (0, 1], got %v", m.TopP)
+	}
+	c.atLeast("model.max_tokens", int64(m.MaxTokens), 1)
+	c.atLeast("model.concurrency", int64(m.Concurrency), 1)
+	keys := make([]string, 0, len(m.Extra))
+	for k := range m.Extra {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		path := joinPath("model.extra", k)
+		if slices.Contains(reservedExtra, k) {
+			c.add(path, "is set by whale; use the model field of that name instead of extra")
+			continue
+		}
+		if p := nonFinite(m.Extra[k], path); p != "" {
+			c.add(p, "must be a finite number")
+		}
+	}
+}
+
+// nonFinite returns the path of the first NaN or infinite number in v: such
+// values cannot be sent as JSON.
+func nonFinite(v any, path string) string {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return path
+		}
+	case float32:
+		return nonFinite(float64(x), path)
+	case []any:
+		for i, item := range x {
+			if p := nonFinite(item, fmt.Sprintf("%s[%d]", path, i)); p != "" {
+				return p
+			}
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if p := nonFinite(x[k], joinPath(path, k)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func (e *Experiment) validateFinetune(c *checker) {
+	f := e.Finetune
+	c.oneOf("finetune.backend", f.Backend, Finetunes)
+	switch f.Backend {
+	case FinetuneCommand:
+		c.required("finetune.command", f.Command, "the trainer command for backend command")
+		if e.Model.Provider == ProviderLocal {
+			c.add("finetune.backend", "must be local when model.provider is local (the built-in model trains in-process)")
+		}
+	case FinetuneLocal:
+		if e.Model.Provider != ProviderLocal {
+			c.add("finetune.backend", "local trains only the built-in model; model.provider is %q (use backend command)", e.Model.Provider)
+		}
+	}
+	if f.Reload == "" && f.Backend == FinetuneCommand {
+		c.add("finetune.reload", "required for backend command: vllm-lora (load LoRA adapters), command (run reload_command) or none (the trainer command makes the server use the new weights itself)")
+	} else if f.Reload != "" {
+		c.oneOf("finetune.reload", f.Reload, Reloads)
+	}
+	if f.Reload == ReloadCommand {
+		c.required("finetune.reload_command", f.ReloadCommand, "the command that makes the inference server load the new checkpoint")
+	}
+	if f.Reload == ReloadVLLMLoRA && !e.RSFT.LoRA {
+		c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true or choose command or none")
+	}
+	for k := range f.Env {
+		if !envVarRE.MatchString(k) {
+			c.add(joinPath("finetune.env", k), "is not a valid environment variable name")
+		}
+	}
+}
+
+func (e *Experiment) validateHarness(c *checker) {
+	h := e.Harness
+	c.required("harness.initial", h.Initial, `the starting harness, e.g. "h0"`)
+	c.atLeast("harness.candidates_per_iteration", int64(h.CandidatesPerIteration), 1)
+	c.atLeast("harness.search_set_size", int64(h.SearchSetSize), 1)
+	c.atLeast("harness.samples_per_candidate", int64(h.SamplesPerCandidate), 1)
+	c.oneOf("harness.proposer", h.Proposer, Proposers)
+	switch h.Proposer {
+	case ProposerAgent:
+		c.required("harness.agent.command", h.Agent.Command, "the coding-agent command for proposer agent")
+	case ProposerLLM:
+		c.required("harness.llm.name", h.LLM.Name, "the proposer model name for proposer llm")
+		if len(h.LLM.Endpoints) == 0 {
+			c.add("harness.llm.endpoints", "required: at least one OpenAI-compatible base URL for proposer llm")
+		}
+		for i, ep := range h.LLM.Endpoints {
+			c.endpoint(fmt.Sprintf("harness.llm.endpoints[%d]", i), ep)
+		}
+		c.apiKeyEnv("harness.llm.api_key_env", h.LLM.APIKeyEnv)
+		if math.IsNaN(h.LLM.Temperature) || math.IsInf(h.LLM.Temperature, 0) || h.LLM.Temperature < 0 {
+			c.add("harness.llm.temperature", "must be a number >= 0, got %v", h.LLM.Temperature)
+		}
+		c.atLeast("harness.llm.max_tokens", int64(h.LLM.MaxTokens), 1)
+	}
+	if e.Schedule == ScheduleFST && !h.PromptOnly {
+		c.add("harness.prompt_only", "must be true for schedule fst")
+	}
+}
+
+func (e *Experiment) validateBudget(c *checker, weights bool) {
+	b := e.Budget
+	c.atLeast("budget.weight_steps", int64(b.WeightSteps), 0)
+	if math.IsNaN(b.Epochs) || math.IsInf(b.Epochs, 0) || b.Epochs < 0 {
+		c.add("budget.epochs", "must be a number >= 0, got %v", b.Epochs)
+	}
+	c.atLeast("budget.rollouts", b.Rollouts, 0)
+	c.atLeast("budget.harness_iterations", int64(b.HarnessIterations), 0)
+	if weights && b.WeightSteps == 0 && b.Epochs == 0 && b.Rollouts == 0 {
+		c.add("budget", "set at least one of weight_steps, epochs or rollouts for schedule %s", e.Schedule)
+	}
+	if !weights && b.HarnessIterations == 0 && b.Rollouts == 0 {
+		c.add("budget", "set harness_iterations or rollouts for schedule %s", e.Schedule)
+	}
+	if e.Schedule == ScheduleStagewise && b.HarnessIterations == 0 {
+		c.add("budget.harness_iterations", "required for schedule stagewise: the iterations of the harness stage after all weight training")
+	}
+}
