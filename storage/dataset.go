@@ -1,0 +1,209 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Datasets are task tables brought in from outside (whale data import) and
+// shared by runs: datasets/<name>/ holds the data files and a
+// _MANIFEST.json in the stage manifest format, written last with
+// CreateExclusive. A dataset is never rewritten: importing other data under
+// the same name is refused.
+
+// DatasetsPrefix is the key prefix of all datasets.
+const DatasetsPrefix = "datasets/"
+
+// datasetStage is the stage name recorded in a dataset's manifest.
+const datasetStage = "import"
+
+// ErrDatasetDiffers is matched by the error CommitDataset returns when the
+// name is taken by a dataset made from other data.
+var ErrDatasetDiffers = errors.New("dataset exists with other content")
+
+// DatasetDir is the folder key of dataset name.
+func DatasetDir(name string) string { return DatasetsPrefix + name }
+
+// CheckDataset reports whether name can name a dataset: lowercase letters,
+// digits and dashes.
+func CheckDataset(name string) error {
+	if !positionRE.MatchString(name) || len(name) > 64 {
+		return fmt.Errorf("invalid dataset name %q: use lowercase letters, digits and dashes (e.g. lichess-train)", name)
+	}
+	return nil
+}
+
+// DatasetWriter writes the files of one new dataset; Commit makes them
+// visible.
+type DatasetWriter struct {
+	s       *Store
+	name    string
+	id      Identity
+	token   string
+	started time.Time
+	files   []FileEntry
+	parts   []*PartWriter
+	version string
+}
+
+// NewDatasetWriter starts dataset name whose content is a function of
+// config (the source file's digest, format, options). If a dataset of that
+// name is committed already, it returns it: same config means there is
+// nothing to do, another config is an ErrDatasetDiffers error.
+func NewDatasetWriter(ctx context.Context, s *Store, name string, config any, whaleVersion string) (*DatasetWriter, *Manifest, error) {
+	if err := CheckDataset(name); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := CanonicalJSON(config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dataset %s: encode config: %w", name, err)
+	}
+	id := Identity{Stage: datasetStage, Position: name, Config: cfg, ConfigDigest: DigestBytes(cfg), Shards: 1}
+	if id.InputDigest, err = id.digest(); err != nil {
+		return nil, nil, err
+	}
+	prev, err := ReadDataset(ctx, s, name)
+	switch {
+	case err == nil:
+		if prev.InputDigest == id.InputDigest {
+			return nil, prev, nil
+		}
+		return nil, prev, differs(name, prev.Identity, id)
+	case !errors.Is(err, ErrNotFound):
+		return nil, nil, err
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	return &DatasetWriter{s: s, name: name, id: id, token: hex.EncodeToString(rnd[:]), started: now(), version: whaleVersion}, nil, nil
+}
+
+func differs(name string, was, now Identity) error {
+	return fmt.Errorf("%w: dataset %s was imported from other data (%s); import under another name, or delete %s first",
+		ErrDatasetDiffers, name, strings.Join(now.Diff(was), "; "), DatasetDir(name))
+}
+
+// Create starts a data file of table (e.g. "tasks") with extension ext.
+func (w *DatasetWriter) Create(ctx context.Context, table, ext string) (*PartWriter, error) {
+	if !tableRE.MatchString(table) || !extRE.MatchString(ext) {
+		return nil, fmt.Errorf("dataset %s: invalid table %q or extension %q", w.name, table, ext)
+	}
+	name := PartFileName(table, 0, 1, w.token, len(w.parts), ext)
+	pw, err := w.s.NewPartWriter(ctx, DatasetDir(w.name)+"/"+name)
+	if err != nil {
+		return nil, err
+	}
+	pw.table = table
+	w.parts = append(w.parts, pw)
+	return pw, nil
+}
+
+// Abort discards every file not yet uploaded.
+func (w *DatasetWriter) Abort() {
+	for _, p := range w.parts {
+		p.Abort()
+	}
+}
+
+// Commit uploads nothing more: every file must have been closed. It writes
+// the manifest, which makes the dataset visible. A concurrent import of the
+// same data that committed first is not an error.
+func (w *DatasetWriter) Commit(ctx context.Context, summary map[string]any) (*Manifest, error) {
+	for _, p := range w.parts {
+		if !p.closed || p.err != nil {
+			return nil, fmt.Errorf("dataset %s: file %s was not uploaded", w.name, p.key)
+		}
+		w.files = append(w.files, p.entry)
+	}
+	m := Manifest{Format: manifestFormat, Identity: w.id, Attempt: 1, Files: w.files,
+		Parts: []PartInfo{{Shard: 0, Token: w.token, Files: len(w.files), Rows: sumRows(w.files), Summary: summary,
+			Started: w.started, Finished: now(), Host: hostname(), WhaleVersion: w.version}},
+		Summary: summary, Started: w.started, Finished: now(), WhaleVersion: w.version}
+	data, err := json.MarshalIndent(&m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	key := DatasetDir(w.name) + "/" + ManifestName
+	// Must-finish step: a Ctrl-C now must not leave the files without
+	// their manifest for no reason.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := w.s.CreateExclusive(cctx, key, data); err != nil {
+		if errors.Is(err, ErrExists) {
+			prev, rerr := ReadDataset(cctx, w.s, w.name)
+			if rerr == nil && prev.InputDigest == w.id.InputDigest {
+				return prev, nil
+			}
+			if rerr == nil {
+				return nil, differs(w.name, prev.Identity, w.id)
+			}
+		}
+		return nil, fmt.Errorf("commit dataset %s: %w", w.name, err)
+	}
+	return ReadDataset(cctx, w.s, w.name)
+}
+
+func sumRows(files []FileEntry) int64 {
+	var n int64
+	for _, f := range files {
+		n += f.Rows
+	}
+	return n
+}
+
+// ReadDataset reads the manifest of a committed dataset; ErrNotFound when
+// there is none.
+func ReadDataset(ctx context.Context, s *Store, name string) (*Manifest, error) {
+	if err := CheckDataset(name); err != nil {
+		return nil, err
+	}
+	dir := DatasetDir(name)
+	key := dir + "/" + ManifestName
+	data, err := s.ReadAll(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read dataset %s: %w", name, err)
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: %w", key, err)
+	}
+	if m.Stage != datasetStage || m.Position != name {
+		return nil, fmt.Errorf("read manifest %s: it commits %s-%s, not dataset %s: was it copied?", key, m.Position, m.Stage, name)
+	}
+	m.Dir, m.Key = dir, key
+	return m, nil
+}
+
+// ListDatasets returns the committed datasets, by name.
+func ListDatasets(ctx context.Context, s *Store) ([]*Manifest, error) {
+	var names []string
+	err := s.List(ctx, DatasetsPrefix, true, func(e Entry) error {
+		if e.IsDir {
+			names = append(names, strings.TrimSuffix(strings.TrimPrefix(e.Key, DatasetsPrefix), "/"))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []*Manifest
+	for _, n := range names {
+		if CheckDataset(n) != nil {
+			continue
+		}
+		m, err := ReadDataset(ctx, s, n)
+		if errors.Is(err, ErrNotFound) {
+			continue // an import that never committed
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

@@ -1,0 +1,283 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParsePosition(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Position
+		wantErr string
+	}{
+		{in: "r003-w02", want: Position{Round: 3, Phase: PhaseWeight, Index: 2}},
+		{in: "r001-h04", want: Position{Round: 1, Phase: PhaseHarness, Index: 4}},
+		{in: "r002-t", want: Position{Round: 2, Phase: PhaseTest}},
+		{in: "r1234-w100", want: Position{Round: 1234, Phase: PhaseWeight, Index: 100}},
+		{in: "tasks-train", want: Position{Name: "tasks-train"}},
+		{in: "import", want: Position{Name: "import"}},
+		{in: "r3", want: Position{Name: "r3"}},
+		{in: "r000-w01", wantErr: "from r001"},
+		{in: "r3-w02", wantErr: "three digits"},
+		{in: "r003-w2", wantErr: "two digits"},
+		{in: "r003-w00", wantErr: "from 01"},
+		{in: "r003-x01", wantErr: "starts like a round position"},
+		{in: "r003-data", wantErr: "starts like a round position"},
+		{in: "R003-w02", wantErr: "invalid position"},
+		{in: "r003.w02", wantErr: "no dots"},
+		{in: "tasks--x", wantErr: "invalid position"},
+		{in: "-tasks", wantErr: "invalid position"},
+		{in: "", wantErr: "invalid position"},
+		{in: strings.Repeat("a", 65), wantErr: "invalid position"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParsePosition(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ParsePosition(%q) = %+v, %v; want error containing %q", tt.in, got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParsePosition(%q): %v", tt.in, err)
+			}
+			if got != tt.want {
+				t.Fatalf("ParsePosition(%q) = %+v, want %+v", tt.in, got, tt.want)
+			}
+			if got.String() != tt.in {
+				t.Fatalf("String() = %q, want %q", got.String(), tt.in)
+			}
+		})
+	}
+}
+
+func TestParseFolder(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Folder
+		wantErr bool
+	}{
+		{in: "r003-w02-rollout", want: Folder{"r003-w02", "rollout", 1}},
+		{in: "r003-w02-rollout.a2", want: Folder{"r003-w02", "rollout", 2}},
+		{in: "r002-t-evaluate.a17", want: Folder{"r002-t", "evaluate", 17}},
+		{in: "tasks-train-import", want: Folder{"tasks-train", "import", 1}},
+		{in: "r003-w02-rollout.a1", wantErr: true},
+		{in: "r003-w02-rollout.a02", wantErr: true},
+		{in: "r003-w02-rollout.b2", wantErr: true},
+		{in: "r003-w02-rollout.a2.tmp", wantErr: true},
+		{in: "r003-w02-roll2", wantErr: true},
+		{in: "rollout", wantErr: true},
+		{in: "r003-w02-", wantErr: true},
+		{in: "_parts", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseFolder(tt.in)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("ParseFolder(%q) = %+v, want an error", tt.in, got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseFolder(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			}
+			if got.String() != tt.in {
+				t.Fatalf("String() = %q, want %q", got.String(), tt.in)
+			}
+		})
+	}
+}
+
+func FuzzParsePosition(f *testing.F) {
+	for _, s := range []string{"r003-w02", "r002-t", "tasks-train", "r3-w2", "r003.w02", "", "a-b-c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePosition(s)
+		if err != nil {
+			return
+		}
+		if p.String() != s {
+			t.Fatalf("ParsePosition(%q).String() = %q", s, p.String())
+		}
+		if strings.ContainsAny(s, "./_") {
+			t.Fatalf("ParsePosition accepted %q", s)
+		}
+	})
+}
+
+func FuzzParseFolder(f *testing.F) {
+	for _, s := range []string{"r003-w02-rollout", "r003-w02-rollout.a2", "tasks-import.a10", "x.a", "-a", "a-b.a0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fo, err := ParseFolder(s)
+		if err != nil {
+			return
+		}
+		if fo.String() != s {
+			t.Fatalf("ParseFolder(%q).String() = %q", s, fo.String())
+		}
+		if fo.Attempt < 1 {
+			t.Fatalf("ParseFolder(%q): attempt %d", s, fo.Attempt)
+		}
+	})
+}
+
+func TestCanonicalJSON(t *testing.T) {
+	type cfg struct {
+		B     int               `json:"b"`
+		A     string            `json:"a"`
+		M     map[string]string `json:"m"`
+		Big   int64             `json:"big"`
+		Float float64           `json:"float"`
+	}
+	v := cfg{B: 1, A: "<x>", M: map[string]string{"z": "1", "y": "2"}, Big: 1<<62 + 1, Float: 0.5}
+	got, err := CanonicalJSON(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"a":"<x>","b":1,"big":4611686018427387905,"float":0.5,"m":{"y":"2","z":"1"}}`
+	if string(got) != want {
+		t.Fatalf("CanonicalJSON = %s\nwant %s", got, want)
+	}
+	// The same value as a generic map, as a decoded config file gives it.
+	var m map[string]any
+	d := json.NewDecoder(strings.NewReader(want))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	got2, err := CanonicalJSON(m)
+	if err != nil || string(got2) != want {
+		t.Fatalf("CanonicalJSON(map) = %s, %v", got2, err)
+	}
+}
+
+func TestNewIdentity(t *testing.T) {
+	in := []Input{{Name: "tasks", Key: "a/_MANIFEST.json", Digest: DigestBytes([]byte("a"))},
+		{Name: "model", Key: "b/_MANIFEST.json", Digest: DigestBytes([]byte("b"))}}
+	base, err := NewIdentity("run", "r001-w01", "rollout", in, map[string]any{"k": 1}, 7, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Inputs[0].Name != "model" {
+		t.Fatalf("inputs not sorted: %+v", base.Inputs)
+	}
+	reordered, _ := NewIdentity("other-run", "r001-w01", "rollout", []Input{in[1], in[0]}, map[string]any{"k": 1}, 7, 2)
+	if reordered.InputDigest != base.InputDigest {
+		t.Fatalf("input order or run changed the digest")
+	}
+	changed := []struct {
+		name string
+		id   func() (Identity, error)
+		diff string
+	}{
+		{"position", func() (Identity, error) {
+			return NewIdentity("run", "r001-w02", "rollout", in, map[string]any{"k": 1}, 7, 2)
+		}, ""},
+		{"stage", func() (Identity, error) {
+			return NewIdentity("run", "r001-w01", "filter", in, map[string]any{"k": 1}, 7, 2)
+		}, ""},
+		{"config", func() (Identity, error) {
+			return NewIdentity("run", "r001-w01", "rollout", in, map[string]any{"k": 2}, 7, 2)
+		}, "config.k: 1 → 2"},
+		{"seed", func() (Identity, error) {
+			return NewIdentity("run", "r001-w01", "rollout", in, map[string]any{"k": 1}, 8, 2)
+		}, "seed: 7 → 8"},
+		{"shards", func() (Identity, error) {
+			return NewIdentity("run", "r001-w01", "rollout", in, map[string]any{"k": 1}, 7, 3)
+		}, "shards: 2 → 3"},
+		{"input", func() (Identity, error) {
+			in2 := append([]Input(nil), in...)
+			in2[0].Digest = DigestBytes([]byte("c"))
+			return NewIdentity("run", "r001-w01", "rollout", in2, map[string]any{"k": 1}, 7, 2)
+		}, "input tasks: sha256:"},
+		{"input removed", func() (Identity, error) {
+			return NewIdentity("run", "r001-w01", "rollout", in[:1], map[string]any{"k": 1}, 7, 2)
+		}, "input model: removed"},
+	}
+	for _, c := range changed {
+		t.Run(c.name, func(t *testing.T) {
+			id, err := c.id()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id.InputDigest == base.InputDigest {
+				t.Fatalf("changing the %s kept the input digest", c.name)
+			}
+			d := strings.Join(id.Diff(base), "; ")
+			if !strings.Contains(d, c.diff) {
+				t.Fatalf("Diff = %q, want it to mention %q", d, c.diff)
+			}
+		})
+	}
+	bad := []struct {
+		name string
+		err  func() error
+	}{
+		{"dup input", func() error {
+			_, err := NewIdentity("run", "r001-w01", "rollout", []Input{in[0], in[0]}, nil, 0, 1)
+			return err
+		}},
+		{"bad digest", func() error {
+			_, err := NewIdentity("run", "r001-w01", "rollout", []Input{{Name: "x", Digest: "md5:1"}}, nil, 0, 1)
+			return err
+		}},
+		{"zero shards", func() error { _, err := NewIdentity("run", "r001-w01", "rollout", nil, nil, 0, 0); return err }},
+		{"bad stage", func() error { _, err := NewIdentity("run", "r001-w01", "roll-out", nil, nil, 0, 1); return err }},
+		{"bad run", func() error { _, err := NewIdentity("../x", "r001-w01", "rollout", nil, nil, 0, 1); return err }},
+		{"bad config", func() error {
+			_, err := NewIdentity("run", "r001-w01", "rollout", nil, map[string]any{"f": func() {}}, 0, 1)
+			return err
+		}},
+	}
+	for _, b := range bad {
+		if b.err() == nil {
+			t.Errorf("%s: NewIdentity accepted it", b.name)
+		}
+	}
+}
+
+func TestDecodeManifestRejectsTampering(t *testing.T) {
+	ctx := context.Background()
+	s := memStore(t)
+	m := commitSimple(t, s, "run", "r001-w01", "rollout", map[string]any{"n": 1}, 1)
+	data, err := s.ReadAll(ctx, m.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeManifest(data); err != nil {
+		t.Fatalf("a committed manifest does not decode: %v", err)
+	}
+	tampered := []struct{ from, to, wantErr string }{
+		{`"seed": 1`, `"seed": 2`, "input_digest"},
+		{`"format": "whale.manifest/v1"`, `"format": "whale.manifest/v9"`, "format"},
+		{`"n": 1`, `"n": 2`, "config_digest"},
+	}
+	for _, tt := range tampered {
+		bad := strings.Replace(string(data), tt.from, tt.to, 1)
+		if bad == string(data) {
+			t.Fatalf("%q not in manifest:\n%s", tt.from, data)
+		}
+		if _, err := DecodeManifest([]byte(bad)); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("tampered %s: err = %v, want it to mention %q", tt.from, err, tt.wantErr)
+		}
+	}
+	// A manifest copied into another folder does not pass for that folder.
+	if err := s.WriteAll(ctx, "runs/run/stages/r001-w02-rollout/"+ManifestName, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadManifest(ctx, s, "runs/run/stages/r001-w02-rollout"); err == nil || !strings.Contains(err.Error(), "copied") {
+		t.Fatalf("ReadManifest of a copied manifest: %v", err)
+	}
+	if _, err := ReadManifest(ctx, s, "runs/run/stages/r009-w01-rollout"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ReadManifest of nothing: %v, want ErrNotFound", err)
+	}
+}
