@@ -37,7 +37,7 @@ type InputRef struct {
 	Run      string
 	Position string
 	Stage    string
-	Key      string // e.g. runs/x/stages/tasks-train-import; overrides Run/Position/Stage
+	Key      string // a stage folder (runs/x/stages/r001-w01-rollout) or a dataset (datasets/nq-train); overrides Run/Position/Stage
 }
 
 // Spec is one shard execution of a stage.
@@ -121,7 +121,11 @@ func resolve(ctx context.Context, s *storage.Store, run string, ref InputRef) (*
 	what := ref.Key
 	if ref.Key != "" {
 		dir := strings.TrimSuffix(strings.TrimSuffix(ref.Key, storage.ManifestName), "/")
-		m, err = storage.ReadManifest(ctx, s, dir)
+		if name, ok := strings.CutPrefix(dir, storage.DatasetsPrefix); ok {
+			m, err = storage.ReadDataset(ctx, s, name)
+		} else {
+			m, err = storage.ReadManifest(ctx, s, dir)
+		}
 	} else {
 		if ref.Run != "" {
 			run = ref.Run
