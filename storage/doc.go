@@ -15,6 +15,16 @@
 //     not atomic between concurrent writers.
 //   - An object that a writer has not closed successfully is never visible.
 //
-// The commit protocol (stage folders, part and stage manifests) and leases
-// are built on these operations in this package too.
+//   - mem://NAME is one in-memory bucket shared by every Open of NAME in
+//     the process (tests); plain mem:// is a new empty bucket each time.
+//   - Key names reserved on every backend: fileblob's "*.attrs" and
+//     "*.<hex>.tmp" files, and any ".whale-tmp" segment.
+//
+// Built on these operations, in this package too:
+//   - the commit protocol (commit.go, manifest.go): stage folders
+//     runs/<run>/stages/<position>-<stage>[.aN]/ with _INPUTS.json first,
+//     data files named per shard and try, _parts/ manifests created
+//     exclusively, and _MANIFEST.json last — the commit point;
+//   - datasets (dataset.go): datasets/<name>/ with the same manifest;
+//   - leases (lease.go): runs/<run>/lease/ as append-only generations.
 package storage
