@@ -6,17 +6,22 @@
 // and names the redacted URL and key in every error, never a credential.
 //
 // Contract for callers:
+//
 //   - Keys are slash-separated and relative to the root; they never start
 //     with "/" and never contain "..".
+//
 //   - A reader or writer is streaming: nothing is buffered whole in memory.
+//
 //   - CreateExclusive is atomic on every backend: of many concurrent callers
 //     for one key exactly one succeeds, the others get ErrExists. On file://
 //     roots this is done with a hard link, because fileblob's IfNotExist is
 //     not atomic between concurrent writers.
+//
 //   - An object that a writer has not closed successfully is never visible.
 //
 //   - mem://NAME is one in-memory bucket shared by every Open of NAME in
 //     the process (tests); plain mem:// is a new empty bucket each time.
+//
 //   - Key names reserved on every backend: fileblob's "*.attrs" and
 //     "*.<hex>.tmp" files, and any ".whale-tmp" segment.
 //
