@@ -31,10 +31,16 @@ var ErrDatasetDiffers = errors.New("dataset exists with other content")
 func DatasetDir(name string) string { return DatasetsPrefix + name }
 
 // CheckDataset reports whether name can name a dataset: lowercase letters,
-// digits and dashes.
+// digits and dashes, and not starting like a round position ("r1-…").
 func CheckDataset(name string) error {
 	if !positionRE.MatchString(name) || len(name) > 64 {
 		return fmt.Errorf("invalid dataset name %q: use lowercase letters, digits and dashes (e.g. lichess-train)", name)
+	}
+	// The name is the position in the dataset's manifest, and readers
+	// refuse a manifest whose position does not parse: a name that passed
+	// here but not there would commit a dataset nobody could read.
+	if err := CheckPosition(name); err != nil {
+		return fmt.Errorf("invalid dataset name %q: it starts like a round position (r<digits>-) without being one; choose another name (e.g. lichess-train)", name)
 	}
 	return nil
 }
@@ -47,7 +53,6 @@ type DatasetWriter struct {
 	id      Identity
 	token   string
 	started time.Time
-	files   []FileEntry
 	parts   []*PartWriter
 	version string
 }
@@ -114,14 +119,17 @@ func (w *DatasetWriter) Abort() {
 // the manifest, which makes the dataset visible. A concurrent import of the
 // same data that committed first is not an error.
 func (w *DatasetWriter) Commit(ctx context.Context, summary map[string]any) (*Manifest, error) {
+	// Built afresh on every call: a Commit retried after a failed one must
+	// not list a file twice, which would commit a manifest no reader takes.
+	files := make([]FileEntry, 0, len(w.parts))
 	for _, p := range w.parts {
 		if !p.closed || p.err != nil {
 			return nil, fmt.Errorf("dataset %s: file %s was not uploaded", w.name, p.key)
 		}
-		w.files = append(w.files, p.entry)
+		files = append(files, p.entry)
 	}
-	m := Manifest{Format: manifestFormat, Identity: w.id, Attempt: 1, Files: w.files,
-		Parts: []PartInfo{{Shard: 0, Token: w.token, Files: len(w.files), Rows: sumRows(w.files), Summary: summary,
+	m := Manifest{Format: manifestFormat, Identity: w.id, Attempt: 1, Files: files,
+		Parts: []PartInfo{{Shard: 0, Token: w.token, Files: len(files), Rows: sumRows(files), Summary: summary,
 			Started: w.started, Finished: now(), Host: hostname(), WhaleVersion: w.version}},
 		Summary: summary, Started: w.started, Finished: now(), WhaleVersion: w.version}
 	data, err := json.MarshalIndent(&m, "", "  ")
