@@ -1,0 +1,109 @@
+// Command whale runs WHALE experiments: alternating rejection-sampling
+// fine-tuning of an agent's weights with search over its harness code, as a
+// batch pipeline of idempotent stages over Parquet artifacts in a bucket.
+//
+// The commands are thin: each parses flags into an options struct and calls
+// a run function that the tests call directly. main maps errors to exit
+// codes in one place.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+	"github.com/whalerun/whale/internal/buildinfo"
+)
+
+// Exit codes, documented in `whale --help`.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // the command failed: storage, a stage, a bug
+	exitUsage    = 2 // bad flags, bad experiment file, bad input data
+	exitConflict = 3 // same position asked with different inputs, or a run exists with another spec
+)
+
+// usageError marks errors the user fixes by changing what they passed in.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// conflictError marks a request that contradicts what the artifacts say.
+type conflictError struct{ err error }
+
+func (e conflictError) Error() string { return e.err.Error() }
+func (e conflictError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	var ue usageError
+	var ce conflictError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ce):
+		return exitConflict
+	case errors.As(err, &ue):
+		return exitUsage
+	default:
+		return exitFailure
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newApp(os.Stdout, os.Stderr).RunContext(ctx, os.Args)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "whale:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+const exitCodesHelp = `EXIT CODES:
+   0  success (also: nothing to do, the stage was already committed)
+   1  failure: storage, a stage, an internal error
+   2  usage: bad flags, a bad experiment file, bad input data (the message names the place)
+   3  conflict: a position asked with different inputs, or a run name taken by another spec
+
+ENVIRONMENT:
+   WHALE_ROOT         default for --root (a bucket URL: file:///data/whale, s3://bucket/prefix?endpoint=...)
+   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, GOOGLE_APPLICATION_CREDENTIALS,
+   AZURE_STORAGE_ACCOUNT, ...: credentials come from the usual chains, never from flags.
+`
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:      "whale",
+		Usage:     "Weight-Harness Alternating LEarning experiments as a batch pipeline over object storage",
+		Version:   buildinfo.Version(),
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// main prints errors once; urfave would print some of them again.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"WHALE_LOG_LEVEL"}},
+		},
+		Before: func(c *cli.Context) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+				return usagef("--log-level: %v", err)
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})))
+			return nil
+		},
+		CustomAppHelpTemplate: cli.AppHelpTemplate + "\n" + exitCodesHelp,
+		Commands:              commands(),
+		OnUsageError:          onUsageError,
+		Action:                unknownCommand,
+	}
+	return app
+}
