@@ -31,6 +31,7 @@ import (
 	_ "gocloud.dev/blob/gcsblob" // gs://
 	"gocloud.dev/blob/memblob"   // mem://
 	"gocloud.dev/blob/s3blob"    // s3://
+	"gocloud.dev/gcerrors"
 )
 
 var getenv = os.Getenv
@@ -588,13 +589,27 @@ func (s *Store) List(ctx context.Context, prefix string, dirs bool, fn func(Entr
 // comes before "a-b" although '-' < '/'), and its page token skips every
 // key that sorts before the last one returned: paging through it loses
 // keys. So the page grows until the whole listing fits in one.
+//
+// fileblob also fails a whole listing with NotFound when a file vanishes
+// between reading its directory and stat-ing it — which is what a
+// concurrent writer's temporary file does when it is renamed into place.
+// A missing prefix lists as empty, so NotFound here only ever means that
+// race, and the listing is simply walked again.
 func (s *Store) listLocal(ctx context.Context, prefix string, opts *blob.ListOptions, fn func(Entry) error) error {
 	var page []*blob.ListObject
 	for size := s.pageSize; ; size *= 8 {
 		var next []byte
 		err := s.retry.Do(ctx, "list", func() (e error) {
-			s.n.lists.Add(1)
-			page, next, e = s.bucket.ListPage(ctx, blob.FirstPageToken, size, opts)
+			for range localListTries {
+				s.n.lists.Add(1)
+				page, next, e = s.bucket.ListPage(ctx, blob.FirstPageToken, size, opts)
+				if gcerrors.Code(e) != gcerrors.NotFound {
+					return e
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			return e
 		})
 		if err != nil {
@@ -615,6 +630,10 @@ func (s *Store) listLocal(ctx context.Context, prefix string, opts *blob.ListOpt
 	}
 	return nil
 }
+
+// localListTries bounds the walks of one local listing that lose the race
+// with a renamed temporary file.
+const localListTries = 20
 
 // fileTempName matches the names fileblob gives files it is still writing
 // (key.<hex nanos>.tmp); they are not objects yet.
