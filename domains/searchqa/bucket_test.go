@@ -1,0 +1,216 @@
+package searchqa
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/whalerun/whale/storage"
+)
+
+func openFileStore(t *testing.T) *storage.Store {
+	t.Helper()
+	s, err := storage.Open(context.Background(), "file://"+t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func buildSmall(t *testing.T, docs string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "idx")
+	if _, err := BuildIndex(context.Background(), dir, JSONLCorpus(strings.NewReader(docs), "small.jsonl"), BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestUploadDownloadIndex(t *testing.T) {
+	ctx := context.Background()
+	store := openFileStore(t)
+	testIndex(t) // builds the shared index
+	src := filepath.Join(sharedDir, "idx")
+	const key = "indexes/wiki-test"
+
+	m, err := UploadIndex(ctx, store, key, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Docs != 61 || m.Files < 3 || m.ArchiveSize == 0 || !strings.HasPrefix(m.Archive, "index-") {
+		t.Errorf("manifest = %+v", m)
+	}
+	for _, k := range []string{key + "/" + indexManifestName, key + "/" + m.Archive} {
+		if ok, err := store.Exists(ctx, k); !ok || err != nil {
+			t.Errorf("%s: exists %v, %v", k, ok, err)
+		}
+	}
+	// Uploading the same index again is a no-op returning the manifest.
+	again, err := UploadIndex(ctx, store, key, src)
+	if err != nil || !reflect.DeepEqual(again, m) {
+		t.Errorf("second upload: %+v, %v", again, err)
+	}
+
+	cache := filepath.Join(t.TempDir(), "cache")
+	dir, got, err := DownloadIndex(ctx, store, key, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) || filepath.Dir(dir) != cache || !strings.HasSuffix(dir, strings.TrimPrefix(m.CorpusDigest, "sha256:")) {
+		t.Errorf("download: dir %s manifest %+v", dir, got)
+	}
+	x, err := OpenIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := x.Retrieve(ctx, []string{"Starry Night painting"}, 1)
+	x.Close()
+	if err != nil || len(res[0]) != 1 || res[0][0].Title != "The Starry Night" {
+		t.Errorf("search of downloaded index: %+v, %v", res, err)
+	}
+
+	// The second download reuses the cache: it works with the archive gone.
+	if err := store.Delete(ctx, key+"/"+m.Archive); err != nil {
+		t.Fatal(err)
+	}
+	dir2, _, err := DownloadIndex(ctx, store, key, cache)
+	if err != nil || dir2 != dir {
+		t.Errorf("cached download: %s, %v", dir2, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, ".download-*")); len(left) > 0 {
+		t.Errorf("temporary directories left in the cache: %q", left)
+	}
+	// A fresh cache needs the archive.
+	if _, _, err := DownloadIndex(ctx, store, key, t.TempDir()); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("download without archive: err = %v", err)
+	}
+}
+
+func TestUploadIndexConflicts(t *testing.T) {
+	ctx := context.Background()
+	store := openFileStore(t)
+	a := buildSmall(t, `{"id": "1", "contents": "A\nalpha"}`)
+	b := buildSmall(t, `{"id": "1", "contents": "B\nbeta"}`)
+	if _, err := UploadIndex(ctx, store, "idx", a); err != nil {
+		t.Fatal(err)
+	}
+	_, err := UploadIndex(ctx, store, "idx", b)
+	if err == nil || !strings.Contains(err.Error(), "already holds an index of corpus") {
+		t.Errorf("other corpus at the same key: err = %v", err)
+	}
+	if _, err := UploadIndex(ctx, store, "idx2", t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a whale search index") {
+		t.Errorf("upload of a non-index: err = %v", err)
+	}
+	if _, _, err := DownloadIndex(ctx, store, "nothing-here", t.TempDir()); !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "no search index") {
+		t.Errorf("download of a missing key: err = %v", err)
+	}
+}
+
+func TestDownloadIndexRejectsDamage(t *testing.T) {
+	ctx := context.Background()
+	store := openFileStore(t)
+	src := buildSmall(t, `{"id": "1", "contents": "A\nalpha"}`)
+	m, err := UploadIndex(ctx, store, "idx", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	akey := "idx/" + m.Archive
+	good, err := store.ReadAll(ctx, akey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Same length, one byte changed: the digest check catches it (or zstd's
+	// own checksum does first).
+	bad := bytes.Clone(good)
+	bad[len(bad)/2] ^= 0xff
+	if err := store.WriteAll(ctx, akey, bad); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	if _, _, err := DownloadIndex(ctx, store, "idx", cache); err == nil {
+		t.Fatal("damaged archive accepted")
+	}
+	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
+		t.Errorf("a failed download left %d entries in the cache", len(ents))
+	}
+
+	// A valid archive that is not the one the manifest names.
+	other := packBytes(t, buildSmall(t, `{"id": "1", "contents": "A\nalpha"}`))
+	if err := store.WriteAll(ctx, akey, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := DownloadIndex(ctx, store, "idx", cache); err == nil || !strings.Contains(err.Error(), "the manifest says") {
+		t.Errorf("swapped archive: err = %v", err)
+	}
+
+	// A cache entry that is not an index is reported, not overwritten.
+	if err := store.WriteAll(ctx, akey, good); err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(cache, IndexFormat+"-v1-"+strings.TrimPrefix(m.CorpusDigest, "sha256:"))
+	if err := os.MkdirAll(entry, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := DownloadIndex(ctx, store, "idx", cache); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("damaged cache entry: err = %v", err)
+	}
+	os.Remove(entry)
+	if _, _, err := DownloadIndex(ctx, store, "idx", cache); err != nil {
+		t.Errorf("after repair: %v", err)
+	}
+}
+
+func packBytes(t *testing.T, dir string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, _, err := packDir(context.Background(), &buf, dir); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestUnpackRejectsUnsafeEntries(t *testing.T) {
+	tests := []struct {
+		name string
+		hdr  tar.Header
+		want string
+	}{
+		{"parent", tar.Header{Name: "../evil", Typeflag: tar.TypeReg, Mode: 0o644}, "not a relative path"},
+		{"absolute", tar.Header{Name: "/etc/evil", Typeflag: tar.TypeReg, Mode: 0o644}, "not a relative path"},
+		{"inner parent", tar.Header{Name: "store/../../evil", Typeflag: tar.TypeReg, Mode: 0o644}, "not a relative path"},
+		{"symlink", tar.Header{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}, "only files and directories"},
+		{"hard link", tar.Header{Name: "link", Typeflag: tar.TypeLink, Linkname: "x"}, "only files and directories"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			zw, _ := zstd.NewWriter(&buf)
+			tw := tar.NewWriter(zw)
+			if err := tw.WriteHeader(&tc.hdr); err != nil {
+				t.Fatal(err)
+			}
+			tw.Close()
+			zw.Close()
+			parent := t.TempDir()
+			dir := filepath.Join(parent, "x")
+			os.Mkdir(dir, 0o755)
+			err := unpack(context.Background(), &buf, dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+			if _, err := os.Lstat(filepath.Join(parent, "evil")); err == nil {
+				t.Error("an entry escaped the directory")
+			}
+		})
+	}
+}
