@@ -1,0 +1,25 @@
+// Package mathdomain holds the leaf pieces of the math domain (DAPO-Math-17K
+// training, AIME tests): the verifier and the Python code-interpreter tool.
+// The episode loop calls them; they know nothing of harnesses or models.
+//
+// Contract:
+//   - Verify is the domain's verifier: the last \boxed{} or \fbox{} of a
+//     response (Extract), normalised as the DAPO/Minerva/Hendrycks graders
+//     do (Normalize) and compared exactly with each reference (Equivalent).
+//     The reward is binary, 1 or 0. It is pure, deterministic and safe for
+//     concurrent use; it never panics on any input.
+//   - A CodeRunner runs one Python program and reports what it printed.
+//     The program's own failures (an exception, a timeout, running out of
+//     memory) are a RunResult with Status error, timeout or oom and a nil
+//     error; an error means the tool itself failed (the sandbox service is
+//     down after retries, python3 or unshare is missing) or ctx ended.
+//     Output beyond the runner's limit is cut and Truncated is set.
+//   - SandboxFusion talks to a SandboxFusion-compatible service
+//     (POST /run_code); LocalPython runs python3 here, in a fresh temporary
+//     directory, with a minimal environment (nothing of the parent's, so no
+//     credentials), an address-space limit, a time limit that kills the
+//     whole process group, and no network (a new network namespace).
+//
+// The package is named mathdomain because "math" would shadow the standard
+// library in every file that uses both.
+package mathdomain

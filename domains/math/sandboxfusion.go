@@ -1,0 +1,293 @@
+package mathdomain
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ErrSandbox marks a failure of the code service itself (unreachable,
+// 5xx, SandboxError) that persisted through the retries.
+var ErrSandbox = errors.New("code sandbox failed")
+
+// SandboxFusionOptions configure a SandboxFusion client. Zero values mean
+// the defaults.
+type SandboxFusionOptions struct {
+	// URL of the service: its base (http://host:8080) or the full
+	// run_code endpoint. Credentials in it are never logged or returned in
+	// errors.
+	URL string
+	// Language of the programs; default "python".
+	Language string
+	// RunTimeout is sent as run_timeout; default 10s.
+	RunTimeout time.Duration
+	// MemoryLimitMB is sent as memory_limit_MB; default 1024, negative
+	// for the service's default (no limit).
+	MemoryLimitMB int
+	// CallTimeout bounds one HTTP attempt; default RunTimeout + 10s, so
+	// the service's own time limit is reached first.
+	CallTimeout time.Duration
+	// Retries is how many times a failed attempt (connection error,
+	// timeout, HTTP 5xx or 429, SandboxError) is repeated; default 3,
+	// negative for none.
+	Retries int
+	// Backoff is the wait before the first retry, doubled for each next
+	// one; default 500ms.
+	Backoff time.Duration
+	// MaxOutputBytes caps each of stdout and stderr; default 64 KiB.
+	MaxOutputBytes int
+	// Header is added to every request (an Authorization token, say). It
+	// is never logged.
+	Header http.Header
+	// Client sends the requests; default a fresh http.Client.
+	Client *http.Client
+	// Log receives a line per retried attempt; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// SandboxFusion runs programs on a SandboxFusion-compatible service
+// (github.com/bytedance/SandboxFusion): POST {code, language, run_timeout,
+// memory_limit_MB} to /run_code and read its run_result.
+type SandboxFusion struct {
+	opts     SandboxFusionOptions
+	endpoint string
+	// safeURL names the endpoint in logs and errors, without credentials.
+	safeURL string
+}
+
+// maxResponseBytes bounds a response body. The service does not cut output,
+// so this is well above MaxOutputBytes, but a program printing gigabytes
+// must not take whale's memory with it.
+const maxResponseBytes = 64 << 20
+
+// NewSandboxFusion validates the options and fills in the defaults.
+func NewSandboxFusion(opts SandboxFusionOptions) (*SandboxFusion, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("sandbox fusion: URL must be http(s)://host[:port][/path], got %q", redactURL(opts.URL))
+	}
+	if !strings.HasSuffix(u.Path, "/run_code") {
+		u.Path = strings.TrimRight(u.Path, "/") + "/run_code"
+	}
+	if opts.Language == "" {
+		opts.Language = "python"
+	}
+	if opts.RunTimeout <= 0 {
+		opts.RunTimeout = DefaultRunTimeout
+	}
+	if opts.MemoryLimitMB == 0 {
+		opts.MemoryLimitMB = DefaultMemoryLimitMB
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = opts.RunTimeout + 10*time.Second
+	}
+	if opts.Retries == 0 {
+		opts.Retries = 3
+	} else if opts.Retries < 0 {
+		opts.Retries = 0
+	}
+	if opts.Backoff <= 0 {
+		opts.Backoff = 500 * time.Millisecond
+	}
+	if opts.MaxOutputBytes <= 0 {
+		opts.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if opts.Client == nil {
+		opts.Client = &http.Client{}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	return &SandboxFusion{opts: opts, endpoint: u.String(), safeURL: redactURL(u.String())}, nil
+}
+
+// redactURL keeps scheme, host and path: user info and query strings are
+// where tokens live.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+type sfRequest struct {
+	Code          string  `json:"code"`
+	Language      string  `json:"language"`
+	RunTimeout    float64 `json:"run_timeout"`
+	MemoryLimitMB int     `json:"memory_limit_MB"`
+}
+
+type sfResponse struct {
+	Status        string     `json:"status"` // Success, Failed, SandboxError
+	Message       string     `json:"message"`
+	CompileResult *sfCommand `json:"compile_result"`
+	RunResult     *sfCommand `json:"run_result"`
+}
+
+type sfCommand struct {
+	Status        string   `json:"status"` // Finished, Error, TimeLimitExceeded
+	ExecutionTime *float64 `json:"execution_time"`
+	ReturnCode    *int     `json:"return_code"`
+	Stdout        string   `json:"stdout"`
+	Stderr        string   `json:"stderr"`
+}
+
+// Run sends the program to the service. See CodeRunner.
+func (s *SandboxFusion) Run(ctx context.Context, code string) (RunResult, error) {
+	mem := s.opts.MemoryLimitMB
+	if mem < 0 {
+		mem = -1
+	}
+	body, err := json.Marshal(sfRequest{Code: code, Language: s.opts.Language,
+		RunTimeout: s.opts.RunTimeout.Seconds(), MemoryLimitMB: mem})
+	if err != nil {
+		return RunResult{}, fmt.Errorf("sandbox fusion: encode request: %w", err)
+	}
+	delay := s.opts.Backoff
+	var lastErr error
+	for attempt := 0; attempt <= s.opts.Retries; attempt++ {
+		if attempt > 0 {
+			s.opts.Log.Warn("sandbox fusion: retrying", "url", s.safeURL, "attempt", attempt+1, "err", lastErr)
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return RunResult{}, fmt.Errorf("sandbox fusion %s: %w (last failure: %v)", s.safeURL, ctx.Err(), lastErr)
+			case <-t.C:
+			}
+			delay *= 2
+		}
+		resp, retry, err := s.call(ctx, body)
+		if err == nil {
+			return s.result(resp)
+		}
+		if ctx.Err() != nil {
+			return RunResult{}, fmt.Errorf("sandbox fusion %s: %w", s.safeURL, ctx.Err())
+		}
+		lastErr = err
+		if !retry {
+			return RunResult{}, fmt.Errorf("sandbox fusion %s: %w", s.safeURL, err)
+		}
+	}
+	return RunResult{}, fmt.Errorf("sandbox fusion %s: %w after %d attempts: %w", s.safeURL, ErrSandbox, s.opts.Retries+1, lastErr)
+}
+
+// call makes one attempt; retry reports whether another might succeed.
+func (s *SandboxFusion) call(ctx context.Context, body []byte) (sfResponse, bool, error) {
+	var out sfResponse
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return out, false, fmt.Errorf("build request: %w", redactErr(err))
+	}
+	for k, vs := range s.opts.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.opts.Client.Do(req)
+	if err != nil {
+		return out, true, redactErr(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return out, true, fmt.Errorf("read response (HTTP %d): %w", resp.StatusCode, redactErr(err))
+	}
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+		return out, true, fmt.Errorf("HTTP %d: %s", resp.StatusCode, snippet(data))
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out, false, fmt.Errorf("HTTP %d: %s", resp.StatusCode, snippet(data))
+	}
+	if len(data) > maxResponseBytes {
+		return out, false, fmt.Errorf("response is larger than %d bytes", maxResponseBytes)
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return out, false, fmt.Errorf("decode response: %w: %s", err, snippet(data))
+	}
+	switch out.Status {
+	case "Success", "Failed":
+		return out, false, nil
+	case "SandboxError":
+		return out, true, fmt.Errorf("SandboxError: %s", snippet([]byte(out.Message)))
+	}
+	return out, false, fmt.Errorf("unknown status %q in response: %s", out.Status, snippet(data))
+}
+
+// result maps a Success or Failed response to a RunResult.
+func (s *SandboxFusion) result(resp sfResponse) (RunResult, error) {
+	var res RunResult
+	cmd := resp.RunResult
+	if c := resp.CompileResult; c != nil && (c.Status != "Finished" || c.ReturnCode != nil && *c.ReturnCode != 0) {
+		// Compiled languages only: the program never ran.
+		cmd = c
+	}
+	if cmd == nil {
+		return res, fmt.Errorf("sandbox fusion %s: %q response without run_result: %s", s.safeURL, resp.Status, snippet([]byte(resp.Message)))
+	}
+	var outCut, errCut bool
+	res.Stdout, outCut = truncate(cmd.Stdout, s.opts.MaxOutputBytes)
+	res.Stderr, errCut = truncate(cmd.Stderr, s.opts.MaxOutputBytes)
+	res.Truncated = outCut || errCut
+	if cmd.ExecutionTime != nil {
+		res.Duration = time.Duration(*cmd.ExecutionTime * float64(time.Second))
+	}
+	res.ExitCode = -1
+	if cmd.ReturnCode != nil {
+		res.ExitCode = *cmd.ReturnCode
+	}
+	switch cmd.Status {
+	case "TimeLimitExceeded":
+		res.Status = StatusTimeout
+	case "Finished":
+		// The full stderr, not the cut one, holds the final MemoryError.
+		res.Status = classifyExit(res.ExitCode, cmd.Stderr)
+		if res.Status == StatusOOM && s.opts.MemoryLimitMB < 0 && !isOOMText(cmd.Stderr) {
+			// Without a memory limit a SIGKILL is not ours to explain.
+			res.Status = StatusError
+		}
+	default:
+		return res, fmt.Errorf("sandbox fusion %s: run status %q in a %q response", s.safeURL, cmd.Status, resp.Status)
+	}
+	return res, nil
+}
+
+// isOOMText is isOOM without the signal rule.
+func isOOMText(stderr string) bool { return isOOM(0, stderr) }
+
+// redactErr drops the URL that net/http puts in its errors (it may carry a
+// token in its query) and keeps the cause.
+func redactErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
+
+// snippet shortens a body or message for an error.
+func snippet(b []byte) string {
+	const max = 300
+	s := strings.TrimSpace(string(b))
+	if len(s) > max {
+		s, _ = truncate(s, max)
+		s += "…"
+	}
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
