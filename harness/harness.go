@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/whalerun/whale/internal/textdist"
 	"sort"
 	"strings"
 	"time"
@@ -472,31 +473,11 @@ func (h *Harness) nearest(name string, isFn bool) string {
 	}
 	best, bestD := "", 3
 	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(c)); d < bestD {
+		if d := textdist.Levenshtein(strings.ToLower(name), strings.ToLower(c)); d < bestD {
 			best, bestD = c, d
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // ID is the harness's content address, SourceID of its source.

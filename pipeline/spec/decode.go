@@ -4,6 +4,7 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"github.com/whalerun/whale/internal/textdist"
 	"math"
 	"os"
 	"reflect"
@@ -659,29 +660,9 @@ func joinPath(path, key string) string {
 func closest(key string, known []string) string {
 	best, bestDist := "", len(key)/2+1
 	for _, k := range known {
-		if dist := editDistance(key, k); dist < bestDist {
+		if dist := textdist.Levenshtein(key, k); dist < bestDist {
 			best, bestDist = k, dist
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
