@@ -1,0 +1,39 @@
+// Package models is whale's inference client: every rollout talks to a model
+// through a *Client, over the OpenAI-compatible POST /v1/chat/completions of
+// vLLM, SGLang, llama.cpp server, Ollama or whale's own local model.
+//
+// Contract:
+//   - Chat sends one non-streaming chat completion and returns the assistant
+//     message, native tool calls (mapped to schemas.ToolCall), the finish
+//     reason, the model id the server reports (to check a checkpoint
+//     hand-off against), token usage (UsageMissing says when the server sent none)
+//     and which endpoint answered after how many attempts.
+//   - Several base URLs share the load: each call goes to the endpoint with
+//     the fewest calls assigned to it (ties in turn), never more than
+//     Config.Concurrency at once per endpoint; an endpoint that keeps
+//     failing, or that answered 429/503 with Retry-After, is skipped until
+//     its cool-down ends; a retry prefers another endpoint.
+//   - Retries (exponential backoff, full jitter) cover 429, 5xx, 408,
+//     per-call timeouts, refused or dropped connections and bodies that are
+//     malformed, truncated or have no choices. 400/401/403/404 and other 4xx
+//     fail at once. The openai-go SDK's own retries are off.
+//   - Every failure is an *Error with a Kind, the endpoint (redacted) and the
+//     number of attempts, fit to be stored in a rollout row. The API key is
+//     read from the environment variable Config.APIKeyEnv names and never
+//     appears in an error or a log line.
+//   - Cancelling ctx stops Chat at once, whether it is queued for a slot,
+//     waiting to retry or waiting for the server.
+//   - Vendor extras (min_p, repetition_penalty, chat_template_kwargs, …) are
+//     merged into the top level of the request body; top_k has a typed field.
+//
+// Each attempt goes through openai-go (base URL, bearer auth, request
+// execution, its retries off) on one pooled http.Transport. The body is
+// encoded and decoded here with encoding/json, and only the headers a server
+// needs are sent (no X-Stainless-* telemetry, no OPENAI_* settings from the
+// environment): against a zero-latency server that halved the CPU per call
+// of going through openai-go's typed params and decoder (see
+// BenchmarkChatVsBareHTTP).
+//
+// Tag-based tools need nothing from this package: the harness parses the
+// text. The fake server for tests is in package modeltest.
+package models

@@ -1,0 +1,16 @@
+// Package modeltest is a FAKE OpenAI-compatible chat completions server for
+// tests only: it runs no model. It serves POST /v1/chat/completions (and
+// GET /v1/models) from an httptest server on loopback.
+//
+// Each call's reply comes from a Handler: a script of replies in call order
+// (Script), one reply for every call (Always), or any func of the decoded
+// request. A Reply either answers (content, tool calls, finish reason,
+// model id, usage) or injects a fault: 429 with Retry-After, 500, 503, any
+// status, a dropped connection (before or in the middle of the body), a
+// malformed or truncated JSON body, or no choices; any reply may be delayed.
+//
+// The server records every request (raw body, the body decoded as a map
+// with vendor extras included, the messages and tools decoded, headers),
+// counts calls and tracks the most requests in flight at once, so tests can
+// assert what a client sent and how hard it pushed.
+package modeltest

@@ -1,0 +1,459 @@
+package modeltest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/whalerun/whale/schemas"
+)
+
+// Fault is a way for the fake server to misbehave on one call.
+type Fault string
+
+const (
+	// FaultNone answers normally.
+	FaultNone Fault = ""
+	// FaultRateLimit answers 429 with Retry-After: Reply.RetryAfter.
+	FaultRateLimit Fault = "rate_limit"
+	// FaultServerError answers 500.
+	FaultServerError Fault = "server_error"
+	// FaultUnavailable answers 503 (with Retry-After if Reply.RetryAfter is set).
+	FaultUnavailable Fault = "unavailable"
+	// FaultStatus answers Reply.Status with an OpenAI-style error body
+	// (Reply.Body replaces it when set).
+	FaultStatus Fault = "status"
+	// FaultDrop hijacks the connection and closes it before writing anything.
+	FaultDrop Fault = "drop"
+	// FaultDropMidBody sends the headers (with the full Content-Length) and
+	// half of a valid body, then closes the connection.
+	FaultDropMidBody Fault = "drop_mid_body"
+	// FaultMalformed answers 200 application/json with a body that is not JSON.
+	FaultMalformed Fault = "malformed"
+	// FaultTruncated answers 200 with the first half of a valid body and a
+	// Content-Length that matches it: well framed, but not whole JSON.
+	FaultTruncated Fault = "truncated"
+	// FaultEmptyChoices answers 200 with "choices": [].
+	FaultEmptyChoices Fault = "empty_choices"
+)
+
+// ToolCall is a native tool call in a reply.
+type ToolCall = schemas.ToolCall
+
+// Reply is what the fake server does for one call.
+type Reply struct {
+	Content string
+	// Reasoning is sent as message.reasoning_content when set.
+	Reasoning string
+	ToolCalls []ToolCall
+	// FinishReason defaults to "tool_calls" when ToolCalls are set, else "stop".
+	FinishReason string
+	// Model is the model id reported; default: the request's model.
+	Model string
+	// PromptTokens and CompletionTokens are the usage reported; when both
+	// are 0 the server reports word counts of the prompt and the content.
+	PromptTokens     int64
+	CompletionTokens int64
+	// NoUsage leaves the usage object out.
+	NoUsage bool
+
+	Fault Fault
+	// Status is the HTTP status for FaultStatus.
+	Status int
+	// RetryAfter is the Retry-After header value for FaultRateLimit
+	// (default "0") and FaultUnavailable (none by default).
+	RetryAfter string
+	// Body replaces the error body of FaultStatus.
+	Body string
+	// Delay is waited before anything is written (slow server). The wait
+	// ends early if the client goes away or the server closes.
+	Delay time.Duration
+}
+
+// Handler decides the reply to one recorded request.
+type Handler func(req *Request) Reply
+
+// Script replies with replies[i] to the (i+1)-th call and repeats the last
+// reply after the script runs out.
+func Script(replies ...Reply) Handler {
+	if len(replies) == 0 {
+		panic("modeltest: Script needs at least one reply")
+	}
+	return func(req *Request) Reply {
+		return replies[min(req.Call, len(replies))-1]
+	}
+}
+
+// Always gives the same reply to every call.
+func Always(r Reply) Handler { return func(*Request) Reply { return r } }
+
+// Message is a chat message as the server decoded it.
+type Message = schemas.Message
+
+// Tool is a function tool as the server decoded it.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any
+}
+
+// Request is one recorded call.
+type Request struct {
+	// Call is the 1-based arrival order among all calls of this server.
+	Call   int
+	Method string
+	Path   string
+	Header http.Header
+	// Raw is the body as sent.
+	Raw []byte
+	// Body is the body decoded into a map: every field, extras included.
+	Body     map[string]any
+	Model    string
+	Messages []Message
+	Tools    []Tool
+}
+
+// Server is a running fake. Its zero value is not usable; call NewServer.
+type Server struct {
+	// URL is the base URL to give a client, ending in /v1.
+	URL string
+
+	ts   *httptest.Server
+	done chan struct{}
+	once sync.Once
+
+	mu          sync.Mutex
+	handler     Handler
+	reqs        []Request
+	calls       int
+	inFlight    int
+	maxInFlight int
+}
+
+// NewServer starts a fake server on loopback that replies with h, and closes
+// it when the test ends.
+func NewServer(t testing.TB, h Handler) *Server {
+	t.Helper()
+	s := &Server{handler: h, done: make(chan struct{})}
+	s.ts = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.ts.URL + "/v1"
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close stops the server; delayed replies are abandoned. Safe to call twice.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.done)
+		s.ts.CloseClientConnections()
+		s.ts.Close()
+	})
+}
+
+// SetHandler replaces the handler for later calls.
+func (s *Server) SetHandler(h Handler) {
+	s.mu.Lock()
+	s.handler = h
+	s.mu.Unlock()
+}
+
+// Requests returns a copy of the requests recorded so far, in arrival order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.reqs...)
+}
+
+// Calls counts the chat completion calls received so far.
+func (s *Server) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// MaxInFlight is the most chat completion calls the server was handling at
+// once.
+func (s *Server) MaxInFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxInFlight
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{"id": "modeltest", "object": "model"}}})
+		return
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the client went away
+	}
+	req := &Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw}
+	decodeErr := decode(req)
+
+	s.mu.Lock()
+	s.calls++
+	req.Call = s.calls
+	s.reqs = append(s.reqs, *req)
+	s.inFlight++
+	s.maxInFlight = max(s.maxInFlight, s.inFlight)
+	h := s.handler
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+
+	if decodeErr != nil {
+		writeError(w, http.StatusBadRequest, decodeErr.Error())
+		return
+	}
+	rep := h(req)
+	if rep.Delay > 0 {
+		t := time.NewTimer(rep.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		case <-s.done:
+			t.Stop()
+			return
+		}
+	}
+	s.reply(w, req, rep)
+}
+
+func (s *Server) reply(w http.ResponseWriter, req *Request, rep Reply) {
+	switch rep.Fault {
+	case FaultNone:
+		writeRaw(w, http.StatusOK, completion(req, rep, true))
+	case FaultRateLimit:
+		ra := rep.RetryAfter
+		if ra == "" {
+			ra = "0"
+		}
+		w.Header().Set("Retry-After", ra)
+		writeError(w, http.StatusTooManyRequests, "rate limited")
+	case FaultServerError:
+		writeError(w, http.StatusInternalServerError, "internal server error")
+	case FaultUnavailable:
+		if rep.RetryAfter != "" {
+			w.Header().Set("Retry-After", rep.RetryAfter)
+		}
+		writeError(w, http.StatusServiceUnavailable, "service unavailable")
+	case FaultStatus:
+		if rep.Body != "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(rep.Status)
+			_, _ = io.WriteString(w, rep.Body)
+			return
+		}
+		writeError(w, rep.Status, http.StatusText(rep.Status))
+	case FaultDrop:
+		hijackClose(w, nil)
+	case FaultDropMidBody:
+		body := completion(req, rep, true)
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+		b.Write(body[:len(body)/2])
+		hijackClose(w, b.Bytes())
+	case FaultMalformed:
+		writeRaw(w, http.StatusOK, []byte(`{"id": "chatcmpl-x", "choices": [ this is not json`))
+	case FaultTruncated:
+		body := completion(req, rep, true)
+		writeRaw(w, http.StatusOK, body[:len(body)/2])
+	case FaultEmptyChoices:
+		writeRaw(w, http.StatusOK, completion(req, rep, false))
+	default:
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("modeltest: unknown fault %q", rep.Fault))
+	}
+}
+
+// hijackClose takes over the connection, writes prefix if any, and closes it.
+func hijackClose(w http.ResponseWriter, prefix []byte) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic("modeltest: response writer cannot be hijacked")
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if len(prefix) > 0 {
+		_, _ = buf.Write(prefix)
+		_ = buf.Flush()
+	}
+	_ = conn.Close()
+}
+
+type wireToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type wireMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name"`
+	ToolCallID string          `json:"tool_call_id"`
+	ToolCalls  []wireToolCall  `json:"tool_calls"`
+}
+
+type wireTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string         `json:"name"`
+		Description string         `json:"description"`
+		Parameters  map[string]any `json:"parameters"`
+	} `json:"function"`
+}
+
+// decode fills the decoded views of req.Raw; an error means the body is
+// not a chat completion request (the server then answers 400).
+func decode(req *Request) error {
+	if err := json.Unmarshal(req.Raw, &req.Body); err != nil {
+		return fmt.Errorf("body is not a JSON object: %v", err)
+	}
+	var v struct {
+		Model    string        `json:"model"`
+		Messages []wireMessage `json:"messages"`
+		Tools    []wireTool    `json:"tools"`
+	}
+	if err := json.Unmarshal(req.Raw, &v); err != nil {
+		return fmt.Errorf("body: %v", err)
+	}
+	if len(v.Messages) == 0 {
+		return fmt.Errorf("messages: at least one is required")
+	}
+	req.Model = v.Model
+	for i, m := range v.Messages {
+		content, err := contentText(m.Content)
+		if err != nil {
+			return fmt.Errorf("messages[%d].content: %v", i, err)
+		}
+		msg := Message{Role: m.Role, Content: content, Name: m.Name, ToolCallID: m.ToolCallID}
+		for _, tc := range m.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	for _, t := range v.Tools {
+		req.Tools = append(req.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
+	}
+	return nil
+}
+
+// contentText accepts a string, null, or an array of text parts.
+func contentText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+// completion renders a chat.completion body for rep.
+func completion(req *Request, rep Reply, withChoice bool) []byte {
+	model := rep.Model
+	if model == "" {
+		model = req.Model
+	}
+	msg := map[string]any{"role": "assistant", "content": rep.Content}
+	if len(rep.ToolCalls) > 0 {
+		calls := make([]map[string]any, len(rep.ToolCalls))
+		for i, tc := range rep.ToolCalls {
+			calls[i] = map[string]any{"id": tc.ID, "type": "function",
+				"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
+		}
+		msg["tool_calls"] = calls
+		if rep.Content == "" {
+			msg["content"] = nil // what vLLM sends with tool calls
+		}
+	}
+	if rep.Reasoning != "" {
+		msg["reasoning_content"] = rep.Reasoning
+	}
+	finish := rep.FinishReason
+	if finish == "" {
+		finish = "stop"
+		if len(rep.ToolCalls) > 0 {
+			finish = "tool_calls"
+		}
+	}
+	choices := []map[string]any{}
+	if withChoice {
+		choices = append(choices, map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil})
+	}
+	body := map[string]any{
+		"id":      "chatcmpl-modeltest-" + strconv.Itoa(req.Call),
+		"object":  "chat.completion",
+		"created": 1700000000 + int64(req.Call),
+		"model":   model,
+		"choices": choices,
+	}
+	if !rep.NoUsage {
+		pt, ct := rep.PromptTokens, rep.CompletionTokens
+		if pt == 0 && ct == 0 {
+			for _, m := range req.Messages {
+				pt += int64(len(strings.Fields(m.Content)))
+			}
+			ct = int64(len(strings.Fields(rep.Content)))
+		}
+		body["usage"] = map[string]any{"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		panic(err) // only plain maps and strings: cannot fail
+	}
+	return b
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	writeRaw(w, status, b)
+}
+
+// writeError answers in OpenAI's error shape.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": http.StatusText(status), "code": status}})
+}
