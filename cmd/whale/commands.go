@@ -19,6 +19,7 @@ func commands() []*cli.Command {
 		lsCommand(),
 		showCommand(),
 		dataCommand(),
+		indexCommand(),
 		demoCommand(),
 		versionCommand(),
 	}

@@ -122,12 +122,16 @@ func UploadIndex(ctx context.Context, store *storage.Store, key, dir string) (*I
 	return m, nil
 }
 
+// ErrIndexDiffers is matched by the error UploadIndex returns when the key
+// holds an index of another corpus.
+var ErrIndexDiffers = errors.New("key holds an index of another corpus")
+
 func sameIndex(store *storage.Store, key string, old *IndexManifest, info IndexInfo) (*IndexManifest, error) {
 	if old.CorpusDigest == info.CorpusDigest {
 		return old, nil
 	}
-	return nil, fmt.Errorf("upload index: %s key %s already holds an index of corpus %s (%d docs), not %s (%d docs); choose another key",
-		store.URL(), key, old.CorpusDigest, old.Docs, info.CorpusDigest, info.Docs)
+	return nil, fmt.Errorf("upload index: %w: %s key %s already holds an index of corpus %s (%d docs), not %s (%d docs); choose another key",
+		ErrIndexDiffers, store.URL(), key, old.CorpusDigest, old.Docs, info.CorpusDigest, info.Docs)
 }
 
 type countWriter struct {

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"github.com/whalerun/whale/domains/searchqa"
+	"github.com/whalerun/whale/storage"
+)
+
+// indexKey is where a named retrieval index lives in the bucket.
+func indexKey(name string) string { return "indexes/" + name }
+
+type indexBuildOptions struct {
+	Root   string
+	Corpus string
+	Name   string
+}
+
+type indexServeOptions struct {
+	Root     string
+	Name     string
+	Addr     string
+	CacheDir string
+	// ready, when set, is told the address the server listens on (tests
+	// pass port 0).
+	ready func(addr string)
+}
+
+func indexCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "index",
+		Usage: "build and serve BM25 retrieval indexes for search QA",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "build",
+				Usage:     "index a passage corpus (JSONL {id, contents} or Parquet) and store it in the bucket under indexes/<name>",
+				ArgsUsage: "CORPUS",
+				Description: `Each corpus record is {"id", "contents"} whose first line is the title
+(the Search-R1 / DPR wiki layout); .jsonl, .jsonl.gz, .jsonl.zst and
+.parquet are read as a stream. The index (bleve, BM25, English analyzer) is
+built in a local temporary folder, packed into one archive and committed
+under indexes/<name> with a manifest written last. Building the same corpus
+again is a no-op; another corpus under a taken name is refused.`,
+				Flags: []cli.Flag{
+					rootFlag(),
+					&cli.StringFlag{Name: "name", Usage: "index `NAME`; default: the corpus file's name without extensions"},
+				},
+				Action: action(func(c *cli.Context, args []string) error {
+					if len(args) != 1 {
+						return usagef("index build takes one corpus file, got %d arguments", len(args))
+					}
+					return runIndexBuild(c.Context, indexBuildOptions{Root: c.String("root"), Corpus: args[0], Name: c.String("name")}, c.App.Writer)
+				}),
+			},
+			{
+				Name:  "serve",
+				Usage: "answer the Search-R1 retrieval API (POST /retrieve) from an index in the bucket",
+				Description: `Downloads indexes/<name> into a local cache (reused while the corpus is
+the same) and serves POST /retrieve {"queries": [...], "topk": k,
+"return_scores": true} and GET /health until interrupted.`,
+				Flags: []cli.Flag{
+					rootFlag(),
+					&cli.StringFlag{Name: "name", Required: true, Usage: "index `NAME` under indexes/"},
+					&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8000", Usage: "listen `ADDRESS`"},
+					&cli.StringFlag{Name: "cache", Usage: "local cache `DIR` for unpacked indexes (default: the user cache dir)"},
+				},
+				Action: action(func(c *cli.Context, args []string) error {
+					if len(args) != 0 {
+						return usagef("index serve takes no arguments")
+					}
+					return runIndexServe(c.Context, indexServeOptions{Root: c.String("root"), Name: c.String("name"),
+						Addr: c.String("addr"), CacheDir: c.String("cache")}, c.App.Writer)
+				}),
+			},
+		},
+	}
+}
+
+func runIndexBuild(ctx context.Context, o indexBuildOptions, out io.Writer) error {
+	if _, err := os.Stat(o.Corpus); err != nil {
+		return usageError{fmt.Errorf("corpus: %w", err)}
+	}
+	if o.Name == "" {
+		o.Name = datasetStem(o.Corpus)
+	}
+	if err := storage.CheckDataset(o.Name); err != nil {
+		return usageError{fmt.Errorf("--name: %w", err)}
+	}
+	store, err := openRoot(ctx, o.Root)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	tmp, err := os.MkdirTemp("", "whale-index-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "index")
+	stats, err := searchqa.BuildIndex(ctx, dir, searchqa.FileCorpus(o.Corpus), searchqa.BuildOptions{})
+	if err != nil {
+		return usageError{fmt.Errorf("index %s: %w (nothing was stored)", o.Corpus, err)}
+	}
+	m, err := searchqa.UploadIndex(ctx, store, indexKey(o.Name), dir)
+	if errors.Is(err, searchqa.ErrIndexDiffers) {
+		return conflictError{err}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "indexed %d passages from %s in %s (%d repeated ids replaced); stored %s/%s (%s, corpus %s)\n",
+		stats.Docs, o.Corpus, stats.Elapsed.Round(time.Millisecond), stats.Duplicates, store.URL(), indexKey(o.Name),
+		humanBytes(m.ArchiveSize), m.CorpusDigest)
+	return nil
+}
+
+func runIndexServe(ctx context.Context, o indexServeOptions, out io.Writer) error {
+	if err := storage.CheckDataset(o.Name); err != nil {
+		return usageError{fmt.Errorf("--name: %w", err)}
+	}
+	store, err := openRoot(ctx, o.Root)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	cache := o.CacheDir
+	if cache == "" {
+		if cache, err = os.UserCacheDir(); err != nil {
+			cache = os.TempDir()
+		}
+		cache = filepath.Join(cache, "whale", "indexes")
+	}
+	dir, m, err := searchqa.DownloadIndex(ctx, store, indexKey(o.Name), cache)
+	if errors.Is(err, storage.ErrNotFound) {
+		return usagef("no index %q in %s (build it with whale index build)", o.Name, store.URL())
+	}
+	if err != nil {
+		return err
+	}
+	ix, err := searchqa.OpenIndex(dir)
+	if err != nil {
+		return err
+	}
+	defer ix.Close()
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return usageError{fmt.Errorf("--addr: %w", err)}
+	}
+	srv := &http.Server{Handler: searchqa.NewServer(ix), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(out, "serving index %s (%d passages) on http://%s/retrieve\n", o.Name, m.Docs, ln.Addr())
+	if o.ready != nil {
+		o.ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		slog.Info("index serve: shutting down")
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}
