@@ -94,24 +94,11 @@ func (h *Harness) defaultBuiltin(spec HookSpec) *starlark.Builtin {
 		if h.globals == nil {
 			return nil, fmt.Errorf("defaults.%s cannot be called while the module loads", spec.Name)
 		}
-		vals := make([]starlark.Value, len(spec.Params))
-		pairs := make([]any, 0, 2*len(spec.Params))
-		for i, p := range spec.Params {
-			pairs = append(pairs, p, &vals[i])
-		}
-		if err := starlark.UnpackArgs(b.Name(), args, kwargs, pairs...); err != nil {
+		goArgs, err := unpackGo(th, b, args, kwargs, spec.Params)
+		if err != nil {
 			return nil, err
 		}
 		lim := limitsOf(th)
-		bud := newBudget(lim.MaxValueBytes, lim.MaxValueItems)
-		goArgs := make([]any, len(vals))
-		for i, v := range vals {
-			gv, err := fromStarlark(v, bud, 0)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", spec.Params[i], err)
-			}
-			goArgs[i] = gv
-		}
 		res, err := spec.Default(ctxOf(th), h, goArgs)
 		if err != nil {
 			return nil, err
@@ -122,24 +109,11 @@ func (h *Harness) defaultBuiltin(spec HookSpec) *starlark.Builtin {
 
 func helperBuiltin(name string, hb Builtin) *starlark.Builtin {
 	return starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		vals := make([]starlark.Value, len(hb.Params))
-		pairs := make([]any, 0, 2*len(hb.Params))
-		for i, p := range hb.Params {
-			pairs = append(pairs, p, &vals[i])
-		}
-		if err := starlark.UnpackArgs(b.Name(), args, kwargs, pairs...); err != nil {
+		goArgs, err := unpackGo(th, b, args, kwargs, hb.Params)
+		if err != nil {
 			return nil, err
 		}
 		lim := limitsOf(th)
-		bud := newBudget(lim.MaxValueBytes, lim.MaxValueItems)
-		goArgs := make([]any, len(vals))
-		for i, v := range vals {
-			gv, err := fromStarlark(v, bud, 0)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", hb.Params[i], err)
-			}
-			goArgs[i] = gv
-		}
 		ctx := ctxOf(th)
 		res, err := hb.Fn(ctx, goArgs)
 		if err == nil && ctx.Err() != nil {
@@ -283,3 +257,27 @@ var jsonModule = func() *starlarkstruct.Module {
 	m.Freeze()
 	return m
 }()
+
+// unpackGo binds a builtin's arguments to params, by position or name, and
+// converts them to Go values within the thread's size limits.
+func unpackGo(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple, params []string) ([]any, error) {
+	vals := make([]starlark.Value, len(params))
+	pairs := make([]any, 0, 2*len(params))
+	for i, p := range params {
+		pairs = append(pairs, p, &vals[i])
+	}
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, pairs...); err != nil {
+		return nil, err
+	}
+	lim := limitsOf(th)
+	bud := newBudget(lim.MaxValueBytes, lim.MaxValueItems)
+	goArgs := make([]any, len(vals))
+	for i, v := range vals {
+		gv, err := fromStarlark(v, bud, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", params[i], err)
+		}
+		goArgs[i] = gv
+	}
+	return goArgs, nil
+}
