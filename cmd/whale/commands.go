@@ -20,6 +20,7 @@ func commands() []*cli.Command {
 		showCommand(),
 		dataCommand(),
 		indexCommand(),
+		harnessCommand(),
 		demoCommand(),
 		versionCommand(),
 	}

@@ -20,5 +20,6 @@
 //     write; DownloadIndex verifies the archive's digest and unpacks it into
 //     a cache directory named by the corpus digest, reused on later calls.
 //
-// The package imports storage and schemas of whale and nothing above them.
+// The package imports storage, schemas and harness (for its contract) of
+// whale and nothing above them.
 package searchqa

@@ -1,0 +1,93 @@
+package mathdomain
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/whalerun/whale/harness"
+)
+
+const contractIntro = `
+
+Domain: competition math (DAPO-Math-17K training, AIME tests). The verifier
+takes the last ` + "`\\boxed{...}`" + ` of the final answer, normalises it and compares
+it with the reference; the reward is 1 or 0. When CODE_TOOL is on, the
+episode loop (never the harness) runs Python the model asks for and passes
+its output to format_tool_result; parse_action asks for a run by returning
+` + "`{\"kind\": \"tool\", \"tool\": \"python\", \"input\": CODE}`" + `. The helpers below
+read answers the way the verifier does, so a harness can tell whether a
+reply has a gradable answer; they never see the reference.`
+
+// Contract is the math domain's harness contract: the base contract with
+// the paper's math h0 turn budget (2: one code run, then the answer), the
+// code-tool constants, and the verifier's own answer extraction and
+// normalisation as read-only helpers.
+func Contract() *harness.Contract {
+	base := harness.Base()
+	return base.Extend(harness.Contract{
+		Name:  "math",
+		Intro: base.Intro + contractIntro,
+		Constants: []harness.ConstSpec{
+			withDefault(base, "MAX_TURNS", 2),
+			{
+				Name: "CODE_TOOL", Type: harness.TypeBool, Default: true,
+				Doc: "Whether the model may run Python: when True the loop offers the `python` tool and runs the code " +
+					"of each `{\"kind\": \"tool\", \"tool\": \"python\", \"input\": CODE}` action in a sandbox (each run " +
+					"costs a turn); when False such an action is rejected as illegal.",
+			},
+			{
+				Name: "MAX_OUTPUT_CHARS", Type: harness.TypeInt, Default: 2000, Min: harness.Bound(100), Max: harness.Bound(100_000),
+				Doc: "Most characters of a code run's output (stdout, then stderr) passed to format_tool_result; " +
+					"longer output is cut and the result says so.",
+			},
+		},
+		Helpers: map[string]harness.Builtin{
+			"extract_boxed": {
+				Params:  []string{"text"},
+				Returns: "str or None",
+				Doc: "The content of the last `\\boxed{...}` (or `\\fbox{...}`) of `text`, trimmed, exactly as the " +
+					"verifier reads it; None when there is none or the last one is empty or unclosed (an earlier box " +
+					"is not used then).",
+				Fn: extractBoxed,
+			},
+			"normalize_answer": {
+				Params:  []string{"s"},
+				Returns: "str",
+				Doc: "The verifier's normalisation of an answer (units, `\\text{}`, spacing, `\\dfrac`→`\\frac`, " +
+					"canonical numbers, ...): two answers the verifier's exact comparison accepts as equal usually " +
+					"normalise to the same string. Nothing is evaluated.",
+				Fn: normalizeAnswer,
+			},
+		},
+	})
+}
+
+// withDefault is base's spec of a constant with another default, so that
+// the domain keeps the base's type, range and doc.
+func withDefault(base *harness.Contract, name string, v any) harness.ConstSpec {
+	k, ok := base.Const(name)
+	if !ok {
+		panic("math contract: base has no constant " + name)
+	}
+	k.Default = v
+	return k
+}
+
+func extractBoxed(_ context.Context, args []any) (any, error) {
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("text: want a string, got %T", args[0])
+	}
+	if a, ok := Extract(s); ok {
+		return a, nil
+	}
+	return nil, nil
+}
+
+func normalizeAnswer(_ context.Context, args []any) (any, error) {
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("s: want a string, got %T", args[0])
+	}
+	return Normalize(s), nil
+}

@@ -1,0 +1,89 @@
+package searchqa
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/whalerun/whale/harness"
+)
+
+const contractIntro = `
+
+Domain: search question answering (the Search-R1 setup). The model may
+search a Wikipedia passage corpus and must end with its answer; the
+verifier takes the text of the last closed ` + "`<answer>...</answer>`" + ` of the
+reply and compares it with the gold answers after SQuAD normalisation
+(reward 1 on an exact match, else 0). Retrieval is done by the episode loop,
+never by the harness: parse_action asks for a search by returning
+` + "`{\"kind\": \"tool\", \"tool\": \"search\", \"input\": QUERY}`" + ` and format_tool_result
+receives the passages. The helpers below read answers the way the verifier
+does; they never see the gold answers.`
+
+// Contract is the search-QA domain's harness contract: the base contract
+// with the paper's h0 turn budget (2), the retrieval parameters, and the
+// verifier's own answer extraction and normalisation as read-only helpers.
+func Contract() *harness.Contract {
+	base := harness.Base()
+	return base.Extend(harness.Contract{
+		Name:  "searchqa",
+		Intro: base.Intro + contractIntro,
+		Constants: []harness.ConstSpec{
+			withDefault(base, "MAX_TURNS", 2),
+			{
+				Name: "TOPK", Type: harness.TypeInt, Default: 3, Min: harness.Bound(1), Max: harness.Bound(50),
+				Doc: "How many passages each search returns, best first.",
+			},
+			{
+				Name: "MAX_DOC_CHARS", Type: harness.TypeInt, Default: 2000, Min: harness.Bound(50), Max: harness.Bound(100_000),
+				Doc: "Most characters of each passage (title line first) passed to format_tool_result; longer ones are cut.",
+			},
+		},
+		Helpers: map[string]harness.Builtin{
+			"extract_answer": {
+				Params:  []string{"text"},
+				Returns: "str or None",
+				Doc: "The text of the last closed `<answer>...</answer>` in `text`, exactly as the verifier reads it " +
+					"(an unclosed trailing tag falls back to the previous complete answer); None when there is none.",
+				Fn: extractAnswer,
+			},
+			"normalize_answer": {
+				Params:  []string{"s"},
+				Returns: "str",
+				Doc: "SQuAD normalisation as the verifier applies it: lower case, ASCII punctuation removed, the " +
+					"articles a/an/the removed, whitespace collapsed. Two answers match exactly when their " +
+					"normalisations are equal.",
+				Fn: normalizeAnswer,
+			},
+		},
+	})
+}
+
+// withDefault is base's spec of a constant with another default, so that
+// the domain keeps the base's type, range and doc.
+func withDefault(base *harness.Contract, name string, v any) harness.ConstSpec {
+	k, ok := base.Const(name)
+	if !ok {
+		panic("searchqa contract: base has no constant " + name)
+	}
+	k.Default = v
+	return k
+}
+
+func extractAnswer(_ context.Context, args []any) (any, error) {
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("text: want a string, got %T", args[0])
+	}
+	if a, ok := ExtractAnswer(s); ok {
+		return a, nil
+	}
+	return nil, nil
+}
+
+func normalizeAnswer(_ context.Context, args []any) (any, error) {
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("s: want a string, got %T", args[0])
+	}
+	return Normalize(s), nil
+}
