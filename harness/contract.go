@@ -157,6 +157,29 @@ func (c *Contract) Const(name string) (ConstSpec, bool) {
 	return ConstSpec{}, false
 }
 
+// WithDefault is the contract's spec of constant name with another
+// default, for a domain that extends the contract: type, range and doc stay
+// the base's. It panics when the contract has no such constant, which is a
+// bug in the domain's Go code, not in a harness.
+func (c *Contract) WithDefault(name string, v any) ConstSpec {
+	k, ok := c.Const(name)
+	if !ok {
+		panic(fmt.Sprintf("contract %s has no constant %s", c.Name, name))
+	}
+	k.Default = v
+	return k
+}
+
+// StringArg is argument i of a helper call as a string; the error names
+// the parameter, for the harness author.
+func StringArg(args []any, i int, name string) (string, error) {
+	s, ok := args[i].(string)
+	if !ok {
+		return "", fmt.Errorf("%s: want a string, got %T", name, args[i])
+	}
+	return s, nil
+}
+
 // Hook returns the spec of a hook, if the contract declares it.
 func (c *Contract) Hook(name string) (HookSpec, bool) {
 	if i := c.hookIndex(name); i >= 0 {

@@ -38,9 +38,9 @@ func Contract() *harness.Contract {
 		Name:  "chess",
 		Intro: base.Intro + contractIntro,
 		Constants: []harness.ConstSpec{
-			withDefault(base, "MAX_TURNS", 9),
-			withDefault(base, "FORMAT_RETRIES", 1),
-			withDefault(base, "ILLEGAL_RETRIES", 1),
+			base.WithDefault("MAX_TURNS", 9),
+			base.WithDefault("FORMAT_RETRIES", 1),
+			base.WithDefault("ILLEGAL_RETRIES", 1),
 			{
 				Name: "BOARD_FORMAT", Type: harness.TypeString, Default: "both",
 				Shape: harness.Enum{"fen", "ascii", "both"},
@@ -101,21 +101,10 @@ func Contract() *harness.Contract {
 	})
 }
 
-// withDefault is base's spec of a constant with another default, so that
-// the domain keeps the base's type, range and doc.
-func withDefault(base *harness.Contract, name string, v any) harness.ConstSpec {
-	k, ok := base.Const(name)
-	if !ok {
-		panic("chess contract: base has no constant " + name)
-	}
-	k.Default = v
-	return k
-}
-
 func stringArg(args []any, i int, name string, limit int) (string, error) {
-	s, ok := args[i].(string)
-	if !ok {
-		return "", fmt.Errorf("%s: want a string, got %T", name, args[i])
+	s, err := harness.StringArg(args, i, name)
+	if err != nil {
+		return "", err
 	}
 	if len(s) > limit {
 		return "", fmt.Errorf("%s: %d bytes, more than the limit of %d", name, len(s), limit)

@@ -2,7 +2,6 @@ package mathdomain
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/whalerun/whale/harness"
 )
@@ -28,7 +27,7 @@ func Contract() *harness.Contract {
 		Name:  "math",
 		Intro: base.Intro + contractIntro,
 		Constants: []harness.ConstSpec{
-			withDefault(base, "MAX_TURNS", 2),
+			base.WithDefault("MAX_TURNS", 2),
 			{
 				Name: "CODE_TOOL", Type: harness.TypeBool, Default: true,
 				Doc: "Whether the model may run Python: when True the loop offers the `python` tool and runs the code " +
@@ -62,21 +61,10 @@ func Contract() *harness.Contract {
 	})
 }
 
-// withDefault is base's spec of a constant with another default, so that
-// the domain keeps the base's type, range and doc.
-func withDefault(base *harness.Contract, name string, v any) harness.ConstSpec {
-	k, ok := base.Const(name)
-	if !ok {
-		panic("math contract: base has no constant " + name)
-	}
-	k.Default = v
-	return k
-}
-
 func extractBoxed(_ context.Context, args []any) (any, error) {
-	s, ok := args[0].(string)
-	if !ok {
-		return nil, fmt.Errorf("text: want a string, got %T", args[0])
+	s, err := harness.StringArg(args, 0, "text")
+	if err != nil {
+		return nil, err
 	}
 	if a, ok := Extract(s); ok {
 		return a, nil
@@ -85,9 +73,9 @@ func extractBoxed(_ context.Context, args []any) (any, error) {
 }
 
 func normalizeAnswer(_ context.Context, args []any) (any, error) {
-	s, ok := args[0].(string)
-	if !ok {
-		return nil, fmt.Errorf("s: want a string, got %T", args[0])
+	s, err := harness.StringArg(args, 0, "s")
+	if err != nil {
+		return nil, err
 	}
 	return Normalize(s), nil
 }
