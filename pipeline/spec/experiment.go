@@ -28,6 +28,11 @@ const (
 	FinetuneCommand = "command"
 	FinetuneLocal   = "local"
 
+	SandboxLocal = "local"
+
+	// RetrieverIndexPrefix marks a tools.retriever that names a stored index.
+	RetrieverIndexPrefix = "index:"
+
 	ReloadNone     = "none"
 	ReloadVLLMLoRA = "vllm-lora"
 	ReloadCommand  = "command"
@@ -65,6 +70,7 @@ type Experiment struct {
 	Budget   Budget   `yaml:"budget" json:"budget"`
 	Eval     Eval     `yaml:"eval" json:"eval"`
 	Rollout  Rollout  `yaml:"rollout" json:"rollout"`
+	Tools    Tools    `yaml:"tools" json:"tools"`
 	// Seed is the root of every random choice of the run (default 1).
 	Seed int64 `yaml:"seed" json:"seed"`
 }
@@ -232,6 +238,20 @@ type Rollout struct {
 	Concurrency int `yaml:"concurrency" json:"concurrency"`
 }
 
+// Tools are the outside services a domain's tools reach. The episode loop
+// calls them; harness code never does.
+type Tools struct {
+	// Retriever serves search QA's search tool: an http(s) base URL of a
+	// server with the Search-R1 API (POST /retrieve), or "index:NAME" for a
+	// BM25 index that `whale index build` stored under indexes/NAME in the
+	// run's root. Required for searchqa.
+	Retriever string `yaml:"retriever" json:"retriever"`
+	// Sandbox runs math's python tool: "local" (a python3 subprocess with
+	// time and memory limits and no network; the default) or the http(s)
+	// base URL of a SandboxFusion-compatible service (POST /run_code).
+	Sandbox string `yaml:"sandbox" json:"sandbox"`
+}
+
 // Defaults returns the paper's settings. Fields that depend on the domain or
 // on other fields are left empty for Normalize.
 func Defaults() Experiment {
@@ -331,6 +351,9 @@ func (e *Experiment) Normalize() {
 		case e.RSFT.LoRA:
 			e.Finetune.Reload = ReloadVLLMLoRA
 		}
+	}
+	if e.Domain == DomainMath && e.Tools.Sandbox == "" {
+		e.Tools.Sandbox = SandboxLocal
 	}
 	if e.Rollout.Concurrency == 0 {
 		e.Rollout.Concurrency = e.Model.Concurrency * max(1, len(e.Model.Endpoints))

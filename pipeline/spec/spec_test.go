@@ -249,6 +249,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{`field finetune.reload: required for backend command`}},
 		{"stagewise needs harness iterations", minimal + "schedule: stagewise\n",
 			[]string{`field budget.harness_iterations: required for schedule stagewise`}},
+		{"searchqa needs a retriever", replaceLine(t, "domain: math", "domain: searchqa"),
+			[]string{`field tools.retriever: required for searchqa`}},
+		{"retriever url", replaceLine(t, "domain: math", "domain: searchqa") + "tools: {retriever: 'localhost:8000'}\n",
+			[]string{`field tools.retriever: must be an http:// or https:// URL`}},
+		{"retriever index name", replaceLine(t, "domain: math", "domain: searchqa") + "tools: {retriever: 'index:../x'}\n",
+			[]string{`field tools.retriever: index name: `}},
+		{"sandbox url", minimal + "tools: {sandbox: remote}\n",
+			[]string{`field tools.sandbox: must be an http:// or https:// URL`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -513,4 +521,26 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestToolsDefaultsAndAccepted(t *testing.T) {
+	tests := []struct {
+		name, src, retriever, sandbox string
+	}{
+		{"math defaults to the local sandbox", minimal, "", SandboxLocal},
+		{"math with SandboxFusion", minimal + "tools: {sandbox: 'http://127.0.0.1:8080'}\n", "", "http://127.0.0.1:8080"},
+		{"searchqa with a stored index", replaceLine(t, "domain: math", "domain: searchqa") + "tools: {retriever: 'index:wiki-18'}\n", "index:wiki-18", ""},
+		{"searchqa with a server", replaceLine(t, "domain: math", "domain: searchqa") + "tools: {retriever: 'http://127.0.0.1:8000'}\n", "http://127.0.0.1:8000", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := Parse("experiment.yaml", []byte(tt.src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Tools.Retriever != tt.retriever || e.Tools.Sandbox != tt.sandbox {
+				t.Errorf("tools = %+v, want retriever %q sandbox %q", e.Tools, tt.retriever, tt.sandbox)
+			}
+		})
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/whalerun/whale/storage"
 )
 
 var (
@@ -154,6 +156,7 @@ func (e *Experiment) validate() ErrorList {
 	}
 	e.validateBudget(c, weights)
 	c.atLeast("eval.k", int64(e.Eval.K), 1)
+	e.validateTools(c)
 	c.atLeast("rollout.shards", int64(e.Rollout.Shards), 1)
 	c.atLeast("rollout.concurrency", int64(e.Rollout.Concurrency), 1)
 	return c.errs
@@ -348,5 +351,24 @@ func (e *Experiment) validateBudget(c *checker, weights bool) {
 	}
 	if e.Schedule == ScheduleStagewise && b.HarnessIterations == 0 {
 		c.add("budget.harness_iterations", "required for schedule stagewise: the iterations of the harness stage after all weight training")
+	}
+}
+
+func (e *Experiment) validateTools(c *checker) {
+	t := e.Tools
+	if e.Domain == DomainSearchQA {
+		switch {
+		case t.Retriever == "":
+			c.add("tools.retriever", "required for searchqa: the URL of a Search-R1 retrieval server, or index:NAME for an index built with `whale index build`")
+		case strings.HasPrefix(t.Retriever, RetrieverIndexPrefix):
+			if err := storage.CheckDataset(strings.TrimPrefix(t.Retriever, RetrieverIndexPrefix)); err != nil {
+				c.add("tools.retriever", "index name: %v", err)
+			}
+		default:
+			c.endpoint("tools.retriever", t.Retriever)
+		}
+	}
+	if t.Sandbox != "" && t.Sandbox != SandboxLocal {
+		c.endpoint("tools.sandbox", t.Sandbox)
 	}
 }
