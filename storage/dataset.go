@@ -187,8 +187,19 @@ func ReadDataset(ctx context.Context, s *Store, name string) (*Manifest, error) 
 	return m, nil
 }
 
-// ListDatasets returns the committed datasets, by name.
-func ListDatasets(ctx context.Context, s *Store) ([]*Manifest, error) {
+// DatasetListing is one dataset folder as ListDatasets found it: its
+// manifest, or the error that kept it from being read.
+type DatasetListing struct {
+	Name     string
+	Manifest *Manifest
+	Err      error
+}
+
+// ListDatasets returns the committed datasets, by name. A dataset whose
+// manifest cannot be read (damaged, copied from elsewhere) is listed with its
+// error rather than failing the whole listing; imports that never committed
+// are left out. The error is for the listing itself.
+func ListDatasets(ctx context.Context, s *Store) ([]DatasetListing, error) {
 	var names []string
 	err := s.List(ctx, DatasetsPrefix, true, func(e Entry) error {
 		if e.IsDir {
@@ -199,7 +210,7 @@ func ListDatasets(ctx context.Context, s *Store) ([]*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []*Manifest
+	var out []DatasetListing
 	for _, n := range names {
 		if CheckDataset(n) != nil {
 			continue
@@ -208,10 +219,10 @@ func ListDatasets(ctx context.Context, s *Store) ([]*Manifest, error) {
 		if errors.Is(err, ErrNotFound) {
 			continue // an import that never committed
 		}
-		if err != nil {
+		if err != nil && ctx.Err() != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		out = append(out, DatasetListing{Name: n, Manifest: m, Err: err})
 	}
 	return out, nil
 }

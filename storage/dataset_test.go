@@ -155,8 +155,11 @@ func TestDatasetCommitReadList(t *testing.T) {
 			t.Fatal(err)
 		}
 		var names []string
-		for _, m := range list {
-			names = append(names, strings.TrimPrefix(m.Dir, storage.DatasetsPrefix))
+		for _, l := range list {
+			if l.Err != nil {
+				t.Fatalf("dataset %s: %v", l.Name, l.Err)
+			}
+			names = append(names, strings.TrimPrefix(l.Manifest.Dir, storage.DatasetsPrefix))
 		}
 		if strings.Join(names, ",") != "alpha,beta" {
 			t.Errorf("ListDatasets = %v, want alpha,beta (gamma is not committed)", names)

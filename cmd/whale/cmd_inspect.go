@@ -142,7 +142,12 @@ func runLs(ctx context.Context, o lsOptions, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(tw, "\nDATASET\tROWS\tSIZE\tSOURCE")
-	for _, m := range ds {
+	for _, l := range ds {
+		if l.Err != nil {
+			fmt.Fprintf(tw, "%s%s\t?\t?\t%v\n", storage.DatasetsPrefix, l.Name, l.Err)
+			continue
+		}
+		m := l.Manifest
 		var cfg importConfig
 		_ = json.Unmarshal(m.Config, &cfg)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Dir, tableRows(m), humanBytes(totalSize(m)), cmp.Or(cfg.Source, "-"))

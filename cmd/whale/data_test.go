@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -243,4 +244,18 @@ func TestImportBadInputLeavesNoSpool(t *testing.T) {
 	if len(names) != 0 {
 		t.Errorf("the import left %v in %s", names, tmp)
 	}
+}
+
+// One damaged dataset manifest does not hide the others from ls: it is
+// listed with its error.
+func TestLsListsADamagedDatasetWithItsError(t *testing.T) {
+	dir := t.TempDir()
+	root := "file://" + dir
+	whale(t, "data", "import", "--root", root, "--name", "good", puzzlesCSV).mustCode(t, exitOK, "datasets/good")
+	whale(t, "data", "import", "--root", root, "--name", "bad", puzzlesCSV).mustCode(t, exitOK, "datasets/bad")
+	if err := os.WriteFile(filepath.Join(dir, "datasets", "bad", "_MANIFEST.json"), []byte("{broken"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ls := whale(t, "ls", "--root", root)
+	ls.mustCode(t, exitOK, "datasets/good ", "datasets/bad", "datasets/bad/_MANIFEST.json")
 }
