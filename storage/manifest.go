@@ -41,7 +41,7 @@ const MaxShards = 99999
 var (
 	runRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 	positionRE = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-	roundPosRE = regexp.MustCompile(`^r([0-9]+)-(?:([wh])([0-9]+)|(t))$`)
+	roundPosRE = regexp.MustCompile(`^r([0-9]+)-(?:([wh])([0-9]+)|([wh]?t))$`)
 	roundishRE = regexp.MustCompile(`^r[0-9]+-`)
 	stageRE    = regexp.MustCompile(`^[a-z]+$`)
 	tableRE    = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
@@ -73,13 +73,16 @@ const (
 )
 
 // Position says where in an experiment a stage runs: "r003-w02" (round 3,
-// weight step 2), "r001-h04" (harness iteration 4), "r002-t" (test
-// evaluation of round 2), or a free-form name such as "tasks-train" for
-// imported data (Round 0, Phase 0).
+// weight step 2), "r001-h04" (harness iteration 4), "r002-wt" and "r002-ht"
+// (the test evaluations after round 2's weight and harness phases),
+// "r000-t" (the test of the initial pair) or "r002-t", or a free-form name
+// such as "tasks-train" for imported data (Round 0, Phase 0).
 type Position struct {
 	Round int
 	Phase byte // PhaseWeight, PhaseHarness, PhaseTest, or 0 for a free-form name
 	Index int  // weight step or harness iteration, from 1; 0 for PhaseTest
+	// After is the phase a test follows (PhaseWeight or PhaseHarness), or 0.
+	After byte
 	Name  string
 }
 
@@ -89,6 +92,9 @@ func (p Position) String() string {
 	case PhaseWeight, PhaseHarness:
 		return fmt.Sprintf("r%03d-%c%02d", p.Round, p.Phase, p.Index)
 	case PhaseTest:
+		if p.After != 0 {
+			return fmt.Sprintf("r%03d-%ct", p.Round, p.After)
+		}
 		return fmt.Sprintf("r%03d-t", p.Round)
 	}
 	return p.Name
@@ -99,15 +105,22 @@ func (p Position) String() string {
 // round position ("r<digits>-") without being one.
 func ParsePosition(s string) (Position, error) {
 	if len(s) > 64 || !positionRE.MatchString(s) {
-		return Position{}, fmt.Errorf("invalid position %q: want e.g. r003-w02, r001-h04, r002-t or a name of lowercase letters, digits and dashes (no dots)", s)
+		return Position{}, fmt.Errorf("invalid position %q: want e.g. r003-w02, r001-h04, r002-wt or a name of lowercase letters, digits and dashes (no dots)", s)
 	}
 	if m := roundPosRE.FindStringSubmatch(s); m != nil {
 		round, _ := strconv.Atoi(m[1])
+		if m[4] == "t" && round == 0 && len(m[1]) == 3 {
+			return Position{Phase: PhaseTest}, nil // the initial pair's test
+		}
 		if round < 1 || len(m[1]) < 3 {
 			return Position{}, fmt.Errorf("invalid position %q: the round is written with at least three digits, from r001", s)
 		}
-		if m[4] == "t" {
-			return Position{Round: round, Phase: PhaseTest}, nil
+		if m[4] != "" {
+			p := Position{Round: round, Phase: PhaseTest}
+			if len(m[4]) == 2 {
+				p.After = m[4][0]
+			}
+			return p, nil
 		}
 		idx, _ := strconv.Atoi(m[3])
 		if idx < 1 || len(m[3]) < 2 {
@@ -116,7 +129,7 @@ func ParsePosition(s string) (Position, error) {
 		return Position{Round: round, Phase: m[2][0], Index: idx}, nil
 	}
 	if roundishRE.MatchString(s) {
-		return Position{}, fmt.Errorf("invalid position %q: it starts like a round position but is not r<round>-w<step>, r<round>-h<iteration> or r<round>-t", s)
+		return Position{}, fmt.Errorf("invalid position %q: it starts like a round position but is not r<round>-w<step>, r<round>-h<iteration>, r<round>-wt, r<round>-ht or r<round>-t", s)
 	}
 	return Position{Name: s}, nil
 }
