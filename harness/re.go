@@ -328,6 +328,7 @@ func reSub(th *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, kw
 		return nil, err
 	}
 	var tmpl []replPiece
+	fnRepl := false
 	switch r := repl.(type) {
 	case starlark.String:
 		var err error
@@ -335,6 +336,7 @@ func reSub(th *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, kw
 			return nil, fmt.Errorf("%s: repl: %w", fn, err)
 		}
 	case starlark.Callable:
+		fnRepl = true
 	default:
 		return nil, fmt.Errorf("%s: repl must be a string or a function, got %s", fn, repl.Type())
 	}
@@ -347,7 +349,9 @@ func reSub(th *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, kw
 	last := 0
 	for _, idx := range all {
 		b.WriteString(s[last:idx[0]])
-		if tmpl != nil {
+		// An empty template parses to no pieces: test the kind of repl,
+		// not the template, or "" would be called as a function.
+		if !fnRepl {
 			for _, piece := range tmpl {
 				if piece.group < 0 {
 					b.WriteString(piece.lit)

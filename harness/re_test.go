@@ -50,6 +50,8 @@ func TestRE(t *testing.T) {
 		{`re.sub(r"\d", r"[\g<0>]", "a1")`, `"a[1]"`},
 		{`re.sub(r"\d", lambda m: str(int(m.group()) * 2), "a1b4")`, `"a2b8"`},
 		{`re.sub("a", "b", "aaa", count=2)`, `"bba"`},
+		{`re.sub(r"\s+", "", " a b ")`, `"ab"`},
+		{`re.compile("x").sub("", "axbx")`, `"ab"`},
 		{`re.sub("a", "b", "aaa", 1)`, `"baa"`},
 		{`re.sub("A", "b", "aA", 0, re.I)`, `"bb"`},
 		{`re.sub(r"\s+", r"\n", "a  b")`, `"a\nb"`},

@@ -1,0 +1,292 @@
+package episode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/whalerun/whale/models"
+	"github.com/whalerun/whale/models/modeltest"
+)
+
+const benchConcurrency = 16
+
+// BenchmarkRunEpisode measures episodes/s and model calls/s through Run
+// and RunBatch at concurrency 16 against a zero-latency modeltest server,
+// and, in the same run and against the same server at the same
+// concurrency, two references: a bare net/http loop that POSTs the very
+// bodies the loop sent (one episode's worth, in turn), and models.Client
+// alone sending the same messages. ratio is the loop's calls/s over the
+// bare loop's: what the episode loop and the client cost on top of the
+// HTTP round trip; client_ratio is the loop's over the client's: what
+// this package (hooks, state, trace) adds. The cpu_ figures are calls per
+// CPU-second of the whole process (server included), steadier than wall
+// time on a shared machine. b.N counts episodes.
+func BenchmarkRunEpisode(b *testing.B) {
+	answer := modeltest.Reply{Content: "Six times seven is <answer>42</answer>.", PromptTokens: 60, CompletionTokens: 12}
+	// byTurn searches twice, then answers: a three-call episode.
+	byTurn := func(req *modeltest.Request) modeltest.Reply {
+		n := 0
+		for _, m := range req.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		if n < 2 {
+			return modeltest.Reply{Content: fmt.Sprintf("Let me look it up. <search>whale song %d</search>", n), PromptTokens: 80, CompletionTokens: 10}
+		}
+		return answer
+	}
+	cases := []struct {
+		name    string
+		src     string
+		handler modeltest.Handler
+		calls   int
+	}{
+		{"default_harness/1_call", "", modeltest.Always(answer), 1},
+		{"starlark_harness/3_calls", taggedSrc + "MAX_TURNS = 4\n", byTurn, 3},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) { benchRunEpisode(b, bc.src, bc.handler, bc.calls) })
+	}
+}
+
+func benchRunEpisode(b *testing.B, src string, handler modeltest.Handler, calls int) {
+	srv := modeltest.NewServer(b, handler)
+	client, err := models.New(models.Config{
+		Endpoints:   []string{srv.URL},
+		Model:       "bench-model",
+		Concurrency: benchConcurrency,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := loadHarness(b, src)
+	dom := &fakeDomain{contract: fakeContract()}
+	tk := task("bench-1", "What is six times seven?", "42")
+	play := func(ctx context.Context, j Job) Result {
+		return Run(ctx, dom, h, client, tk, Config{Seed: j.Seed})
+	}
+	var bad atomic.Int64
+	emit := func(j Job, r Result) error {
+		if r.FinishReason != FinishAnswer || r.Turns != calls {
+			if bad.Add(1) == 1 {
+				return fmt.Errorf("job %d: finish %s after %d turns: %s", j.Index, r.FinishReason, r.Turns, r.Error)
+			}
+		}
+		return nil
+	}
+	runLoop := func(n int) time.Duration {
+		start := time.Now()
+		if err := RunBatch(context.Background(), benchConcurrency, seqJobs(n), play, emit); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+
+	// One episode first: its request bodies are what the bare loop sends.
+	runLoop(1)
+	reqs := srv.Requests()
+	if len(reqs) != calls {
+		b.Fatalf("one episode made %d calls, want %d", len(reqs), calls)
+	}
+	bodies := make([][]byte, calls)
+	for i, r := range reqs {
+		bodies[i] = r.Raw
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchConcurrency + 4}}
+	url := srv.URL + "/chat/completions"
+	bare := func(i int64) error {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(bodies[i%int64(calls)]))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		var out struct {
+			Model   string `json:"model"`
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		if res.StatusCode != http.StatusOK || len(out.Choices) != 1 {
+			return fmt.Errorf("bare: status %d, %d choices", res.StatusCode, len(out.Choices))
+		}
+		return nil
+	}
+	runBare := func(n int) time.Duration {
+		return runParallel(b, n, benchConcurrency, bare)
+	}
+	maxTokens := int64(h.Int("MAX_TOKENS"))
+	viaClient := func(i int64) error {
+		seed := i
+		res, err := client.Chat(context.Background(), models.Request{Messages: reqs[i%int64(calls)].Messages,
+			Sampling: models.Sampling{MaxTokens: &maxTokens}, Seed: &seed})
+		if err != nil {
+			return err
+		}
+		if res.Content == "" {
+			return fmt.Errorf("client: empty reply")
+		}
+		return nil
+	}
+	runClient := func(n int) time.Duration {
+		return runParallel(b, n, benchConcurrency, viaClient)
+	}
+	// Warm the connection pools.
+	runLoop(2 * benchConcurrency)
+	runBare(2 * benchConcurrency * calls)
+	runClient(2 * benchConcurrency * calls)
+	b.ResetTimer()
+
+	// Short rounds in alternating order, so that load from elsewhere on
+	// the machine hits both sides alike.
+	const rounds = 10
+	var loop, bareSide, clientSide side
+	for r := range rounds {
+		n := b.N / rounds
+		if r < b.N%rounds {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		sides := []func(){
+			func() { loop.measure(n*calls, func() time.Duration { return runLoop(n) }) },
+			func() { bareSide.measure(n*calls, func() time.Duration { return runBare(n * calls) }) },
+			func() { clientSide.measure(n*calls, func() time.Duration { return runClient(n * calls) }) },
+		}
+		// Rotate the order, so that no side always runs first.
+		for range r % len(sides) {
+			sides = append(sides[1:], sides[0])
+		}
+		for _, f := range sides {
+			f()
+		}
+	}
+	b.StopTimer()
+	if bad.Load() > 0 {
+		b.Fatalf("%d episodes did not end as expected", bad.Load())
+	}
+	b.ReportMetric(loop.rate()/float64(calls), "episodes/s")
+	b.ReportMetric(loop.rate(), "loop_calls/s")
+	b.ReportMetric(clientSide.rate(), "client_calls/s")
+	b.ReportMetric(bareSide.rate(), "bare_calls/s")
+	b.ReportMetric(loop.rate()/bareSide.rate(), "ratio")
+	b.ReportMetric(loop.rate()/clientSide.rate(), "client_ratio")
+	b.ReportMetric(loop.cpuRate(), "loop_calls/cpu_s")
+	b.ReportMetric(bareSide.cpuRate(), "bare_calls/cpu_s")
+	b.ReportMetric(loop.cpuRate()/bareSide.cpuRate(), "cpu_ratio")
+	b.ReportMetric(loop.cpuRate()/clientSide.cpuRate(), "client_cpu_ratio")
+}
+
+// side accumulates one contender's calls, wall time and process CPU time.
+type side struct {
+	calls     int
+	wall, cpu time.Duration
+}
+
+func (s *side) measure(calls int, run func() time.Duration) {
+	c0 := cpuTime()
+	s.wall += run()
+	s.cpu += cpuTime() - c0
+	s.calls += calls
+}
+
+func (s *side) rate() float64    { return float64(s.calls) / s.wall.Seconds() }
+func (s *side) cpuRate() float64 { return float64(s.calls) / s.cpu.Seconds() }
+
+// cpuTime is the user and system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runParallel runs n calls of f over c goroutines and returns the time
+// taken.
+func runParallel(b *testing.B, n, c int, f func(i int64) error) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	start := time.Now()
+	for range c {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if first != nil {
+		b.Fatal(first)
+	}
+	return el
+}
+
+// cannedChatter answers every call at once, without HTTP: what remains is
+// the loop's own cost (hooks, state, trace).
+type cannedChatter struct{ resp models.Response }
+
+func (c *cannedChatter) Chat(ctx context.Context, req models.Request) (*models.Response, error) {
+	r := c.resp
+	return &r, nil
+}
+
+// BenchmarkRunNoHTTP is Run alone against an in-process Chatter, one
+// caller, for profiling the loop itself.
+func BenchmarkRunNoHTTP(b *testing.B) {
+	cases := []struct {
+		name string
+		src  string
+	}{
+		{"default_harness", ""},
+		{"starlark_harness", taggedSrc},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			h := loadHarness(b, bc.src)
+			dom := &fakeDomain{contract: fakeContract()}
+			tk := task("bench-1", "What is six times seven?", "42")
+			m := &cannedChatter{resp: models.Response{Content: "Six times seven is <answer>42</answer>.", FinishReason: "stop", Model: "m", PromptTokens: 60, CompletionTokens: 12, Attempts: 1, Endpoint: "http://127.0.0.1:1/v1"}}
+			b.ReportAllocs()
+			for i := range b.N {
+				if r := Run(context.Background(), dom, h, m, tk, Config{Seed: int64(i)}); r.FinishReason != FinishAnswer {
+					b.Fatalf("finish %s: %s", r.FinishReason, r.Error)
+				}
+			}
+		})
+	}
+}

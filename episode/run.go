@@ -1,0 +1,742 @@
+package episode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/models"
+	"github.com/whalerun/whale/schemas"
+)
+
+// Bounds on trace text. Traces go into every rollout row and into the
+// proposer's workspace, so one long reply or tool result must not make a
+// row megabytes; the transcript keeps the full text.
+const (
+	clipShort = 240  // replies, tool inputs and results, observations
+	clipLong  = 2000 // hook events, errors with their backtrace
+)
+
+// Trace kinds; see the package doc.
+const (
+	KindHook    = "hook"
+	KindModel   = "model"
+	KindTool    = "tool"
+	KindEnv     = "env"
+	KindContext = "context"
+	KindError   = "error"
+)
+
+// Run plays one episode of task: dom makes the environment, h decides what
+// the model sees and how its replies are read, m answers. It never returns
+// an error: every failure (model, hook, environment, a bad task) ends up in
+// Result.Error with FinishReason FinishError, so that every episode becomes
+// exactly one row. When ctx ends, the Result has FinishError and an Error
+// that says so; callers that stop on ctx should drop it.
+func Run(ctx context.Context, dom Domain, h *harness.Harness, m Chatter, task schemas.Task, cfg Config) Result {
+	start := time.Now()
+	l := &loop{ctx: ctx, dom: dom, m: m, task: task, cfg: cfg}
+	l.h = h.WithRecorder(l.record)
+	l.run()
+	l.res.Latency = time.Since(start)
+	return l.res
+}
+
+// loop is the state of one episode. It lives in one goroutine: the
+// harness's recorder is called in the calling goroutine, so the trace needs
+// no lock.
+type loop struct {
+	ctx  context.Context
+	dom  Domain
+	h    *harness.Harness // the episode's recording view
+	m    Chatter
+	task schemas.Task
+	cfg  Config
+
+	env   Env
+	tools []models.Tool
+
+	maxTurns, formatBudget, illegalBudget int
+	sampling                              models.Sampling
+
+	taskDict map[string]any
+	// defaultSystem is SYSTEM_PROMPT as a message, nil when empty: the
+	// head of the default context.
+	defaultSystem *schemas.Message
+	// system is what Result.Messages starts with: the system message of
+	// the first call once there was one.
+	system     *schemas.Message
+	called     bool
+	transcript []schemas.Message
+	// deferred holds the user messages (observations) that follow a reply
+	// with native tool calls: they must come after every tool message of
+	// that reply, which chat templates require to follow it directly.
+	deferred   []schemas.Message
+	lastAction any // map[string]any, or nil (None) before the first reply
+	fmtRetries int
+	illRetries int
+
+	turn  int // the model call the current events belong to (1-based; 0 before the first)
+	trace []schemas.TraceEvent
+	res   Result
+}
+
+// ending says how and why the episode stops.
+type ending struct {
+	reason  string
+	outcome *Outcome // set when the environment said Done
+	part    string   // what failed, for FinishError: "model", "hook NAME", "environment", "task"
+	err     error
+}
+
+func (l *loop) run() {
+	e := l.setup()
+	for e == nil {
+		e = l.step()
+	}
+	l.finish(e)
+}
+
+func (l *loop) fail(part string, err error) *ending {
+	return &ending{reason: FinishError, part: part, err: err}
+}
+
+func (l *loop) setup() *ending {
+	meta, err := decodeMeta(l.task.Meta)
+	if err != nil {
+		return l.fail("task", fmt.Errorf("task %s: meta: %w", l.task.ID, err))
+	}
+	l.taskDict = map[string]any{"id": l.task.ID, "question": l.task.Question, "meta": meta}
+	l.maxTurns = l.h.Int("MAX_TURNS")
+	l.formatBudget = l.h.Int("FORMAT_RETRIES")
+	l.illegalBudget = l.h.Int("ILLEGAL_RETRIES")
+	l.sampling = l.cfg.Sampling
+	if l.sampling.MaxTokens == nil {
+		l.sampling.MaxTokens = models.Ptr(int64(l.h.Int("MAX_TOKENS")))
+	}
+	if sys := l.h.String("SYSTEM_PROMPT"); sys != "" {
+		l.defaultSystem = &schemas.Message{Role: "system", Content: sys}
+	}
+	l.system = l.defaultSystem
+
+	env, err := l.dom.NewEnv(l.ctx, l.task, l.h)
+	if err != nil {
+		return l.fail("environment", err)
+	}
+	l.env = env
+	l.tools = env.Tools()
+	obs, err := env.Reset(l.ctx)
+	if err != nil {
+		return l.fail("environment", fmt.Errorf("reset: %w", err))
+	}
+	l.event(KindEnv, "reset", "observation: "+harness.Summarize(obs, clipShort))
+	text, e := l.callString("format_observation", obs)
+	if e != nil {
+		return e
+	}
+	l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+	return nil
+}
+
+// step makes one model call and acts on the reply.
+func (l *loop) step() *ending {
+	if l.ctx.Err() != nil {
+		return l.fail("canceled", context.Cause(l.ctx))
+	}
+	if l.res.Turns >= l.maxTurns {
+		return &ending{reason: FinishMaxTurns}
+	}
+	l.turn = l.res.Turns + 1
+	// Both hooks see the same moment; hooks get converted copies, so one
+	// dict serves both.
+	st := l.state()
+	v, e := l.call("should_stop", st)
+	if e != nil {
+		return e
+	}
+	if stop, _ := v.(bool); stop {
+		return &ending{reason: FinishStopped}
+	}
+	v, e = l.call("build_messages", st)
+	if e != nil {
+		return e
+	}
+	msgs, err := harness.MessagesFrom(v)
+	if err != nil {
+		return l.fail("hook build_messages", err)
+	}
+	if i := l.differsFromDefault(msgs); i >= 0 {
+		data, err := json.Marshal(msgs)
+		if err != nil {
+			return l.fail("hook build_messages", fmt.Errorf("messages as JSON: %w", err))
+		}
+		l.event(KindContext, string(data), fmt.Sprintf("%d messages; the default context differs from message %d on", len(msgs), i))
+	}
+	if !l.called {
+		l.called = true
+		l.system = nil
+		if msgs[0].Role == "system" {
+			l.system = &msgs[0]
+		}
+	}
+
+	seed := l.cfg.Seed + int64(l.res.Turns)
+	resp, err := l.m.Chat(l.ctx, models.Request{Messages: msgs, Tools: l.tools, Sampling: l.sampling, Seed: &seed})
+	if err != nil {
+		return l.fail("model", err)
+	}
+	l.res.Turns++
+	l.res.PromptTokens += resp.PromptTokens
+	l.res.CompletionTokens += resp.CompletionTokens
+	l.res.ModelID = resp.Model
+	l.event(KindModel, modelAction(resp), replySummary(resp))
+	l.transcript = append(l.transcript, resp.Message())
+
+	if len(resp.ToolCalls) > 0 {
+		return l.nativeCalls(resp.ToolCalls)
+	}
+	v, e = l.call("parse_action", resp.Content, l.state())
+	if e != nil {
+		return e
+	}
+	a, err := harness.ActionFrom(v)
+	if err != nil {
+		return l.fail("hook parse_action", err)
+	}
+	l.lastAction = a.Raw
+	if a.Kind == "invalid" {
+		kind := "format"
+		if resp.FinishReason == "length" {
+			kind = "length"
+		}
+		return l.invalid(kind, a.Error, "")
+	}
+	return l.act(a, false)
+}
+
+// nativeCalls runs each native tool call of a reply in order. Every call is
+// answered by exactly one tool message (chat templates reject a context
+// with an unanswered call); observations follow all of them.
+func (l *loop) nativeCalls(calls []schemas.ToolCall) *ending {
+	for _, tc := range calls {
+		a, err := nativeAction(tc)
+		if err != nil {
+			l.lastAction = map[string]any{"kind": "invalid", "error": err.Error()}
+			if e := l.invalid("format", err.Error(), tc.ID); e != nil {
+				return e
+			}
+			continue
+		}
+		l.lastAction = a.Raw
+		if e := l.act(a, true); e != nil {
+			l.flushDeferred()
+			return e
+		}
+	}
+	l.flushDeferred()
+	return nil
+}
+
+func (l *loop) flushDeferred() {
+	l.transcript = append(l.transcript, l.deferred...)
+	l.deferred = l.deferred[:0]
+}
+
+// nativeAction is a native tool call as an action of kind tool.
+func nativeAction(tc schemas.ToolCall) (harness.Action, error) {
+	a := harness.Action{Kind: "tool", Tool: tc.Name, ID: tc.ID}
+	var args map[string]any
+	if strings.TrimSpace(tc.Arguments) != "" {
+		if err := json.Unmarshal([]byte(tc.Arguments), &args); err != nil {
+			return a, fmt.Errorf("the arguments of tool call %s are not a JSON object: %v", tc.Name, err)
+		}
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	a.Args = args
+	if len(args) == 1 {
+		for _, v := range args {
+			a.Input, _ = v.(string)
+		}
+	}
+	a.Raw = map[string]any{"kind": "tool", "tool": tc.Name, "id": tc.ID, "args": args}
+	if a.Input != "" {
+		a.Raw["input"] = a.Input
+	}
+	return a, nil
+}
+
+// invalid spends a format retry on a reply the loop cannot act on, and
+// feeds on_error back (as the answer to tool call callID when set).
+func (l *loop) invalid(kind, detail, callID string) *ending {
+	l.fmtRetries++
+	if l.fmtRetries > l.formatBudget {
+		return &ending{reason: FinishFormat}
+	}
+	text, e := l.callString("on_error", kind, detail, l.state())
+	if e != nil {
+		return e
+	}
+	if callID != "" {
+		l.transcript = append(l.transcript, schemas.Message{Role: "tool", Content: text, ToolCallID: callID})
+	} else {
+		l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+	}
+	return nil
+}
+
+// act hands an answer, move or tool action to the environment and feeds
+// back what it said.
+func (l *loop) act(a harness.Action, native bool) *ending {
+	st, err := l.env.Step(l.ctx, a)
+	kind, what := KindEnv, envAction(a)
+	if a.Kind == "tool" {
+		kind, what = KindTool, toolAction(a)
+	}
+	if err != nil {
+		l.event(kind, what, "error: "+clip(err.Error(), clipShort))
+		return l.fail("environment", fmt.Errorf("step %s: %w", what, err))
+	}
+	l.event(kind, what, stepSummary(st))
+	if st.Done {
+		out := st.Outcome
+		return &ending{reason: FinishAnswer, outcome: &out}
+	}
+
+	// reply is the tool message that answers a native call; at most one.
+	var reply *string
+	switch {
+	case st.Illegal != "":
+		l.illRetries++
+		if l.illRetries > l.illegalBudget {
+			return &ending{reason: FinishIllegal}
+		}
+		text, e := l.callString("on_error", "illegal", st.Illegal, l.state())
+		if e != nil {
+			return e
+		}
+		reply = &text
+	case st.ToolError != "":
+		text, e := l.callString("on_error", "tool", st.ToolError, l.state())
+		if e != nil {
+			return e
+		}
+		reply = &text
+	case st.ToolResult != nil:
+		text, e := l.callString("format_tool_result", st.ToolResult, l.state())
+		if e != nil {
+			return e
+		}
+		reply = &text
+	}
+	if reply != nil {
+		l.feedback(native, a, *reply)
+	}
+	if st.Observation != nil {
+		text, e := l.callString("format_observation", st.Observation)
+		if e != nil {
+			return e
+		}
+		switch {
+		case !native:
+			l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+		case reply == nil:
+			l.feedback(true, a, text)
+		default:
+			l.deferred = append(l.deferred, schemas.Message{Role: "user", Content: text})
+		}
+		return nil
+	}
+	if native && reply == nil {
+		// The environment accepted the call and had nothing to say; the
+		// call still needs its answer.
+		l.feedback(true, a, "")
+	}
+	return nil
+}
+
+func (l *loop) feedback(native bool, a harness.Action, text string) {
+	if native {
+		l.transcript = append(l.transcript, schemas.Message{Role: "tool", Content: text, Name: a.Tool, ToolCallID: a.ID})
+		return
+	}
+	l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+}
+
+// state is the dict hooks receive (see harness.Base's StateDoc). Hooks get
+// converted copies, so the transcript can be shared without copying here.
+func (l *loop) state() map[string]any {
+	return map[string]any{
+		"task":        l.taskDict,
+		"turn":        l.res.Turns,
+		"messages":    l.transcript[:len(l.transcript):len(l.transcript)],
+		"last_action": l.lastAction,
+		"retries":     map[string]any{"format": l.fmtRetries, "illegal": l.illRetries},
+	}
+}
+
+func (l *loop) call(hook string, args ...any) (any, *ending) {
+	v, err := l.h.Call(l.ctx, hook, args...)
+	if err != nil {
+		return nil, l.fail("hook "+hook, err)
+	}
+	return v, nil
+}
+
+func (l *loop) callString(hook string, args ...any) (string, *ending) {
+	v, e := l.call(hook, args...)
+	if e != nil {
+		return "", e
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", l.fail("hook "+hook, fmt.Errorf("returned %T, want a string", v))
+	}
+	return s, nil
+}
+
+// differsFromDefault returns the index of the first message where msgs
+// differs from the default context (the SYSTEM_PROMPT message, then the
+// transcript), or -1 when they are the same.
+func (l *loop) differsFromDefault(msgs []schemas.Message) int {
+	i := 0
+	if l.defaultSystem != nil {
+		if len(msgs) == 0 || !sameMessage(msgs[0], *l.defaultSystem) {
+			return 0
+		}
+		i = 1
+	}
+	for _, m := range l.transcript {
+		if i >= len(msgs) || !sameMessage(msgs[i], m) {
+			return i
+		}
+		i++
+	}
+	if i < len(msgs) {
+		return i
+	}
+	return -1
+}
+
+func sameMessage(a, b schemas.Message) bool {
+	if a.Role != b.Role || a.Content != b.Content || a.Name != b.Name || a.ToolCallID != b.ToolCallID || len(a.ToolCalls) != len(b.ToolCalls) {
+		return false
+	}
+	for i := range a.ToolCalls {
+		if a.ToolCalls[i] != b.ToolCalls[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// finish fills the Result from how the episode ended.
+func (l *loop) finish(e *ending) {
+	l.res.FinishReason = e.reason
+	if e.reason == FinishError {
+		part, msg, detail := l.errorText(e)
+		l.res.Error = msg
+		l.event(KindError, part, clip(detail, clipLong))
+	}
+	switch {
+	case e.outcome != nil:
+		l.res.Outcome = *e.outcome
+	case l.env != nil:
+		l.res.Outcome = l.env.Final(l.ctx)
+		o := l.res.Outcome
+		l.event(KindEnv, "final", fmt.Sprintf("reward=%g correct=%t answer=%s", o.Reward, o.Correct, strconv.Quote(clip(o.Answer, clipShort))))
+	}
+	msgs := make([]schemas.Message, 0, len(l.transcript)+1)
+	if l.system != nil {
+		msgs = append(msgs, *l.system)
+	}
+	l.res.Messages = append(msgs, l.transcript...)
+	l.res.Trace = l.trace
+}
+
+// errorText is the Result's Error (one line, naming the failing part) and
+// the error event's detail (with the Starlark backtrace, if any).
+func (l *loop) errorText(e *ending) (part, msg, detail string) {
+	if l.ctx.Err() != nil {
+		msg = "canceled: " + context.Cause(l.ctx).Error()
+		if e.part != "canceled" && e.err != nil {
+			return "canceled", msg, msg + " (during " + e.part + ": " + e.err.Error() + ")"
+		}
+		return "canceled", msg, msg
+	}
+	if he := (*harness.HookError)(nil); errors.As(e.err, &he) {
+		if he.Pos.Line > 0 || he.Pos.File != "" {
+			msg = fmt.Sprintf("hook %s: %s: %s", he.Hook, he.Pos, he.Msg)
+		} else {
+			msg = fmt.Sprintf("hook %s: %s", he.Hook, he.Msg)
+		}
+		detail = msg
+		if he.Backtrace != "" {
+			detail += "\n" + he.Backtrace
+		}
+		return e.part, msg, detail
+	}
+	msg = e.part + ": " + e.err.Error()
+	return e.part, msg, msg
+}
+
+func (l *loop) record(rec harness.CallRecord) {
+	ev := rec.TraceEvent(l.turn)
+	ev.Action = clip(ev.Action, clipLong)
+	ev.Feedback = clip(ev.Feedback, clipLong)
+	l.trace = append(l.trace, ev)
+}
+
+func (l *loop) event(kind, action, feedback string) {
+	l.trace = append(l.trace, schemas.TraceEvent{Turn: int32(l.turn), Kind: kind, Action: action, Feedback: feedback})
+}
+
+func modelAction(r *models.Response) string {
+	var b strings.Builder
+	b.Grow(128)
+	b.WriteString("chat: finish=")
+	b.WriteString(r.FinishReason)
+	if r.UsageMissing {
+		b.WriteString(" usage=missing")
+	} else {
+		b.WriteString(" prompt=")
+		b.WriteString(strconv.FormatInt(r.PromptTokens, 10))
+		b.WriteString(" completion=")
+		b.WriteString(strconv.FormatInt(r.CompletionTokens, 10))
+	}
+	if len(r.ToolCalls) > 0 {
+		b.WriteString(" tool_calls=")
+		b.WriteString(strconv.Itoa(len(r.ToolCalls)))
+	}
+	b.WriteString(" attempts=")
+	b.WriteString(strconv.Itoa(r.Attempts))
+	b.WriteString(" latency=")
+	b.WriteString(r.Latency.Round(time.Microsecond).String())
+	b.WriteString(" endpoint=")
+	b.WriteString(r.Endpoint)
+	return b.String()
+}
+
+func replySummary(r *models.Response) string {
+	s := clip(r.Content, clipShort)
+	for _, tc := range r.ToolCalls {
+		s += " [call " + tc.Name + "(" + clip(tc.Arguments, clipShort/2) + ") id=" + tc.ID + "]"
+	}
+	return s
+}
+
+func envAction(a harness.Action) string {
+	switch a.Kind {
+	case "answer":
+		return "answer " + strconv.Quote(clip(a.Answer, clipShort))
+	case "move":
+		return "move " + strconv.Quote(clip(a.Move, clipShort))
+	}
+	return a.Kind
+}
+
+func toolAction(a harness.Action) string {
+	var in string
+	if a.Input != "" || len(a.Args) == 0 {
+		in = strconv.Quote(clip(a.Input, clipShort))
+	} else {
+		in = harness.Summarize(a.Args, clipShort)
+	}
+	s := a.Tool + "(" + in + ")"
+	if a.ID != "" {
+		s += " id=" + a.ID
+	}
+	return s
+}
+
+func stepSummary(st Step) string {
+	var parts []string
+	if st.Done {
+		parts = append(parts, fmt.Sprintf("done: reward=%g correct=%t answer=%s", st.Outcome.Reward, st.Outcome.Correct, strconv.Quote(clip(st.Outcome.Answer, clipShort))))
+	}
+	if st.Illegal != "" {
+		parts = append(parts, "illegal: "+clip(st.Illegal, clipShort))
+	}
+	if st.ToolError != "" {
+		parts = append(parts, "tool error: "+clip(st.ToolError, clipShort))
+	}
+	if st.ToolResult != nil {
+		parts = append(parts, "result: "+harness.Summarize(st.ToolResult, clipShort))
+	}
+	if st.Observation != nil {
+		parts = append(parts, "observation: "+harness.Summarize(st.Observation, clipShort))
+	}
+	if len(parts) == 0 {
+		return "accepted"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// decodeMeta is a task's meta column as a dict. Numbers stay json.Number,
+// which the harness runtime turns into Starlark ints or floats as written.
+func decodeMeta(meta string) (map[string]any, error) {
+	out := map[string]any{}
+	if m := strings.TrimSpace(meta); m == "" || m == "{}" {
+		return out, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(meta))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		return x, nil
+	case nil:
+		return out, nil
+	}
+	return nil, fmt.Errorf("want a JSON object, got %s", clip(meta, 40))
+}
+
+// clip cuts s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// Job is one episode of a batch.
+type Job struct {
+	Index  int // position in the batch; results are emitted in this order
+	Task   schemas.Task
+	Sample int
+	Seed   int64
+}
+
+// windowPerWorker sizes RunBatch's reorder window: at most this many
+// episodes per worker may be started and not yet emitted. A slow episode
+// at the head of the window then stalls new work instead of letting
+// finished results pile up.
+const windowPerWorker = 4
+
+// RunBatch runs jobs with at most concurrency episodes in flight, calling
+// play for each and emit with each result in job order (Index order), from
+// one goroutine. At most a small multiple of concurrency results wait for
+// emission, so memory stays flat however many jobs there are. It stops at
+// the first error of emit or when ctx ends, returning that error.
+func RunBatch(ctx context.Context, concurrency int, jobs iter.Seq[Job], play func(context.Context, Job) Result, emit func(Job, Result) error) error {
+	if concurrency < 1 {
+		concurrency = 1
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	type slot struct {
+		job  Job
+		res  Result
+		done chan struct{}
+	}
+	// order holds the started or about-to-start jobs in Index order; its
+	// capacity plus the one slot the emitter holds is the window.
+	order := make(chan *slot, windowPerWorker*concurrency-1)
+	work := make(chan *slot)
+
+	var workers sync.WaitGroup
+	for range concurrency {
+		workers.Go(func() {
+			for s := range work {
+				s.res = play(ctx, s.job)
+				close(s.done)
+			}
+		})
+	}
+
+	var feedErr error
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		defer close(work)
+		defer close(order)
+		last, first := 0, true
+		for j := range jobs {
+			if !first && j.Index <= last {
+				feedErr = fmt.Errorf("run batch: job index %d after %d: jobs must come in increasing Index order", j.Index, last)
+				return
+			}
+			last, first = j.Index, false
+			s := &slot{job: j, done: make(chan struct{})}
+			select {
+			case order <- s:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case work <- s:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var emitErr error
+	for s := range order {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err := emit(s.job, s.res); err != nil {
+			emitErr = fmt.Errorf("emit job %d: %w", s.job.Index, err)
+			break
+		}
+		s.res = Result{}
+	}
+	cancel()
+	<-fed
+	workers.Wait()
+	switch {
+	case emitErr != nil:
+		return emitErr
+	case parent.Err() != nil:
+		return parent.Err()
+	}
+	return feedErr
+}
+
+// Row is r as a rollouts-table row; base carries the columns the loop does
+// not know (run, position, model and harness ids, task id, sample, seed).
+// ModelID is r's when base leaves it empty.
+func (r Result) Row(base schemas.Rollout) schemas.Rollout {
+	row := base
+	if row.ModelID == "" {
+		row.ModelID = r.ModelID
+	}
+	row.Reward = r.Reward
+	row.Correct = r.Correct
+	row.Answer = r.Answer
+	row.FinishReason = r.FinishReason
+	row.Error = r.Error
+	row.Turns = int32(r.Turns)
+	row.PromptTokens = r.PromptTokens
+	row.CompletionTokens = r.CompletionTokens
+	row.LatencyMS = r.Latency.Milliseconds()
+	row.Messages = r.Messages
+	row.Trace = r.Trace
+	return row
+}
