@@ -42,7 +42,7 @@ func domainContract(name string) (*harness.Contract, error) {
 func harnessCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "harness",
-		Usage:  "read a domain's harness contract and check harness files against it",
+		Usage:  "read a domain's harness contract, check harness files against it and run one episode",
 		Action: unknownSubcommand,
 		Subcommands: []*cli.Command{
 			{
@@ -85,6 +85,7 @@ problem.`,
 					return runHarnessCheck(args[0], c.String("domain"), c.App.Writer)
 				}),
 			},
+			harnessRunCommand(),
 		},
 	}
 }

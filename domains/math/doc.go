@@ -1,6 +1,6 @@
-// Package mathdomain holds the leaf pieces of the math domain (DAPO-Math-17K
-// training, AIME tests): the verifier and the Python code-interpreter tool.
-// The episode loop calls them; they know nothing of harnesses or models.
+// Package mathdomain is the math domain (DAPO-Math-17K training, AIME
+// tests): the verifier, the Python code-interpreter tool, the harness
+// contract and the episode environment (NewDomain) that ties them together.
 //
 // Contract:
 //   - Verify is the domain's verifier: the last \boxed{} or \fbox{} of a
@@ -19,6 +19,9 @@
 //     directory, with a minimal environment (nothing of the parent's, so no
 //     credentials), an address-space limit, a time limit that kills the
 //     whole process group, and no network (a new network namespace).
+//   - The environment (env.go) grades an answer that contains \boxed{} with
+//     Verify and a bare answer as if it were boxed; a python tool action
+//     runs through the CodeRunner, its output cut to MAX_OUTPUT_CHARS.
 //
 // The package is named mathdomain because "math" would shadow the standard
 // library in every file that uses both.

@@ -1,0 +1,69 @@
+package registry
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/schemas"
+)
+
+func TestNamesAndLookup(t *testing.T) {
+	if got, want := Names(), []string{"chess", "math", "searchqa"}; !slices.Equal(got, want) {
+		t.Fatalf("Names = %v, want %v", got, want)
+	}
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			d, err := Lookup(name, Resources{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Name() != name || d.Contract().Name != name {
+				t.Errorf("Lookup(%s) is %s with contract %s", name, d.Name(), d.Contract().Name)
+			}
+			warnings, err := harness.Check(name+"/h0.star", d.Baseline(), harness.Options{Contract: d.Contract()})
+			if err != nil || len(warnings) > 0 {
+				t.Errorf("h0 of %s: %v, warnings %v", name, err, warnings)
+			}
+		})
+	}
+	_, err := Lookup("demo", Resources{})
+	if err == nil || !strings.Contains(err.Error(), `"demo"`) || !strings.Contains(err.Error(), "chess, math, searchqa") {
+		t.Errorf("Lookup(demo) err = %v, want one listing the known domains", err)
+	}
+}
+
+// TestMissingTools checks that a domain built without its tool still plays
+// and reports the missing tool as a tool error, not a panic.
+func TestMissingTools(t *testing.T) {
+	tests := []struct {
+		domain, tool, input string
+		task                schemas.Task
+		want                string
+	}{
+		{"searchqa", "search", "capital of Australia", schemas.Task{ID: "q", Question: "Capital of Australia?", Answers: []string{"Canberra"}}, "no retriever configured"},
+		{"math", "python", "print(1)", schemas.Task{ID: "m", Question: "1?", Answers: []string{"1"}}, "no code runner configured"},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.domain, func(t *testing.T) {
+			d, err := Lookup(tt.domain, Resources{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, err := d.NewEnv(ctx, tt.task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := env.Reset(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st, err := env.Step(ctx, harness.Action{Kind: "tool", Tool: tt.tool, Input: tt.input})
+			if err != nil || st.ToolError != tt.want || st.Done {
+				t.Errorf("Step = %+v, %v; want ToolError %q", st, err, tt.want)
+			}
+		})
+	}
+}
