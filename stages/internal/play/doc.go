@@ -1,0 +1,16 @@
+// Package play is what the rollout and evaluate stages share: reading a
+// tasks input into a window, loading harnesses by id, deriving episode
+// seeds, streaming rollout rows into a stage file, and counting them for
+// a summary. It is internal to stages: a stage never imports another
+// stage, so their common ground lives here.
+//
+// Contract:
+//   - The order of a tasks input is its committed manifest's file order,
+//     then row order within each file, after the optional split filter.
+//     ReadTasks returns the window of that order that a Window names, in
+//     window order; windows wrap around the end.
+//   - Seed is a pure function of (stage seed, task id, sample).
+//   - A harness reference is "h0" (the domain's baseline) or a content id
+//     "sha256:<hex>" read from the archive; what runs always carries its
+//     real id.
+package play
