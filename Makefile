@@ -21,7 +21,7 @@ BENCH ?= .
 
 export WHALE_VERSITYGW := $(VERSITYGW)
 
-.PHONY: all build test test-short bench lint demo tools deps clean
+.PHONY: all build test test-short bench lint demo tools torch deps clean
 
 all: build
 
@@ -33,7 +33,18 @@ build: deps
 
 # versitygw is the S3-compatible server the integration tests run against;
 # it is built from the Go module proxy (see ../shared/reference/TESTBED.md).
-tools: $(VERSITYGW)
+tools: $(VERSITYGW) torch
+
+# PyTorch (Debian 12: torch 1.13.1, CPU) for the reference trainer's tests
+# in jobs/trainers; installing it needs root and takes minutes the first
+# time. Skipped when some python3 on the machine already imports torch.
+torch:
+	@for py in "$${WHALE_PYTHON:-}" python3 /usr/bin/python3; do \
+		[ -n "$$py" ] && "$$py" -c 'import torch' 2>/dev/null && exit 0; \
+	done; \
+	echo "installing python3-torch for the trainer tests"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >/dev/null || \
+	{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >/dev/null; }
 
 $(VERSITYGW):
 	@mkdir -p $(TOOLS)

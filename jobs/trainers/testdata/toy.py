@@ -1,0 +1,105 @@
+"""A toy character tokenizer with a ChatML-like chat template, and a tiny
+bigram language model: enough to test whale_sft without transformers."""
+
+import json
+import os
+
+import torch
+from torch import nn
+
+SPECIALS = ["<pad>", "<s>", "<|im_start|>", "<|im_end|>"]
+CHARS = "\n" + "".join(chr(c) for c in range(32, 127))
+
+
+class ToyTokenizer:
+    pad_token_id = 0
+    eos_token_id = 3
+
+    def __init__(self):
+        self.vocab = {s: i for i, s in enumerate(SPECIALS)}
+        for c in CHARS:
+            self.vocab[c] = len(self.vocab)
+        self.inv = {i: s for s, i in self.vocab.items()}
+
+    def __len__(self):
+        return len(self.vocab)
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False, **_):
+        out = []
+        for m in messages:
+            body = m.get("content") or ""
+            for c in m.get("tool_calls") or []:
+                body += "<tool_call>" + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]}) + "</tool_call>"
+            out.append("<|im_start|>" + m["role"] + "\n" + body + "<|im_end|>\n")
+        if add_generation_prompt:
+            out.append("<|im_start|>assistant\n")
+        text = "".join(out)
+        return self.encode(text) if tokenize else text
+
+    def encode(self, text, add_special_tokens=False):
+        ids, i = [], 0
+        if add_special_tokens:
+            ids.append(self.vocab["<s>"])
+        while i < len(text):
+            for s in SPECIALS:
+                if text.startswith(s, i):
+                    ids.append(self.vocab[s])
+                    i += len(s)
+                    break
+            else:
+                ids.append(self.vocab.get(text[i], self.vocab["?"]))
+                i += 1
+        return ids
+
+    def decode(self, ids):
+        return "".join(self.inv[i] for i in ids)
+
+
+class TinyLM(nn.Module):
+    """Embedding + linear: each token predicts the next from itself alone."""
+
+    def __init__(self, vocab, dim=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.out = nn.Linear(dim, vocab)
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.out(self.emb(input_ids))
+
+
+class ToyHFTokenizer(ToyTokenizer):
+    """ToyTokenizer with the bits of the transformers API train_sft uses."""
+    eos_token = "<|im_end|>"
+    pad_token = "<pad>"
+    chat_template = None
+
+    def save_pretrained(self, out):
+        with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+            json.dump({"toy": True}, f)
+
+
+class ToyHFModel(TinyLM):
+    """TinyLM saved and loaded the transformers way, as model.pt."""
+
+    def save_pretrained(self, out, safe_serialization=True):
+        torch.save(self.state_dict(), os.path.join(out, "model.pt"))
+
+
+class AutoTokenizer:
+    @staticmethod
+    def from_pretrained(path):
+        return ToyHFTokenizer()
+
+
+class AutoModelForCausalLM:
+    loaded_from = None
+
+    @staticmethod
+    def from_pretrained(path, torch_dtype=None):
+        torch.manual_seed(0)
+        model = ToyHFModel(len(ToyTokenizer()))
+        weights = os.path.join(path, "model.pt")
+        if os.path.isfile(weights):
+            model.load_state_dict(torch.load(weights))
+            AutoModelForCausalLM.loaded_from = weights
+        return model
