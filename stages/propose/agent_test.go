@@ -1,0 +1,191 @@
+package propose
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/schemas"
+	"github.com/whalerun/whale/storage"
+)
+
+func agentConfig(t *testing.T, m int, script string, args ...string) Config {
+	t.Helper()
+	abs, err := filepath.Abs(filepath.Join("testdata", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := "sh " + abs
+	for _, a := range args {
+		cmd += " " + a
+	}
+	return Config{Backend: BackendAgent, M: m, Parent: ParentH0, Iteration: 1, Domain: "fake", AgentCommand: cmd}
+}
+
+func TestStageAgent(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
+		tasks := commitTasks(t, s)
+		eval := commit(t, s, "r001-h01", evaluateFixture(map[string]int{h0ID: 1}), "archive-0")
+		st := &Stage{Domain: &fakeDomain{}, WorkDir: t.TempDir(), AgentTimeout: time.Minute}
+		m, cands, rej := runStage(t, s, st, agentConfig(t, 3, "fake-agent-writes.sh"), 1, tasks, eval)
+		log := readFile(t, s, m, "agent")
+		if names(cands) != "more-turns" {
+			t.Fatalf("valid %s, rejected %+v\nagent log:\n%s", names(cands), rej, log)
+		}
+		c := cands[0]
+		if c.Axis != "turns" || c.Hypothesis != "six turns leave room to search twice" || c.Proposer != "agent" || c.ParentID != h0ID {
+			t.Fatalf("candidate %+v", c)
+		}
+		if kinds(rej) != "bad_proposal,invalid" {
+			t.Fatalf("rejected %+v", rej)
+		}
+		if !strings.Contains(rej[0].Reason, "not a regular file") || rej[0].Source != "" {
+			t.Errorf("link: %+v", rej[0])
+		}
+		if !strings.Contains(rej[1].Reason, "broken.star:2:1") {
+			t.Errorf("broken: %q", rej[1].Reason)
+		}
+		if !strings.Contains(log, "fake agent wrote 3 candidates") || !strings.HasPrefix(m.Summary["agent_status"].(string), "exited 0") {
+			t.Errorf("log %q, summary %v", log, m.Summary)
+		}
+		// The workspace is gone.
+		if left, _ := os.ReadDir(st.WorkDir); len(left) != 0 {
+			t.Errorf("workspace left behind: %v", left)
+		}
+	})
+}
+
+func TestStageAgentWritesNothing(t *testing.T) {
+	s := openStore(t, "mem://")
+	tasks := commitTasks(t, s)
+	st := &Stage{Domain: &fakeDomain{}, WorkDir: t.TempDir()}
+	m, cands, rej := runStage(t, s, st, agentConfig(t, 2, "fake-agent-silent.sh"), 1, tasks)
+	if len(cands) != 0 || len(rej) != 1 || rej[0].Kind != RejectAgentQuiet || !strings.Contains(rej[0].Reason, "agent wrote nothing") {
+		t.Fatalf("candidates %s, rejected %+v", names(cands), rej)
+	}
+	if m.Summary["valid"] != 0.0 || m.Summary["proposed"] != 1.0 {
+		t.Fatalf("summary %v", m.Summary)
+	}
+}
+
+func TestStageAgentTimeout(t *testing.T) {
+	s := openStore(t, "mem://")
+	tasks := commitTasks(t, s)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	st := &Stage{Domain: &fakeDomain{}, WorkDir: t.TempDir(), AgentTimeout: 300 * time.Millisecond}
+	start := time.Now()
+	_, cands, rej := runStage(t, s, st, agentConfig(t, 2, "fake-agent-hangs.sh", pidFile), 1, tasks)
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the stage took %s with a 300ms agent timeout", took)
+	}
+	if len(cands) != 0 || len(rej) != 1 || !strings.Contains(rej[0].Reason, "timed out after 300ms") {
+		t.Fatalf("candidates %s, rejected %+v", names(cands), rej)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's background child %d outlived the timeout", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid runs (a zombie waiting for its reaper does not).
+func alive(pid int) bool {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+func TestWriteWorkspace(t *testing.T) {
+	dom := &fakeDomain{}
+	in := mutateInput(t, dom, 1, 1, 2, true)
+	a := in.arch
+	cand := withLine(t, fakeBaseline, "TOPK = 3", "TOPK = 5")
+	cid := harness.SourceID([]byte(cand))
+	a.h0 = h0ID
+	a.order = []string{h0ID, cid}
+	a.sources[h0ID] = archived{Candidate: schemas.Candidate{HarnessID: h0ID, Name: "h0", Source: fakeBaseline, Axis: "baseline"}}
+	a.sources[cid] = archived{Candidate: schemas.Candidate{HarnessID: cid, ParentID: h0ID, Name: "topk-5", Axis: "retrieval", Hypothesis: "more passages help", Source: cand}, Position: "r001-h02"}
+	a.scores[h0ID] = &score{tasks: 2, sumReward: 1, sumTurns: 4}
+	a.scores[cid] = &score{tasks: 2, sumReward: 2, sumTurns: 6}
+	a.samples[h0ID] = &sampled{failed: []schemas.Rollout{{HarnessID: h0ID, TaskID: "t/1", FinishReason: "max_turns",
+		Messages: []schemas.Message{{Role: "assistant", Content: "FAILED-HERE"}}}}}
+	a.markFrontier()
+
+	ws := filepath.Join(t.TempDir(), "ws")
+	if err := writeWorkspace(ws, in); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(ws, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	h0dir := "candidates/h0-" + strings.TrimPrefix(h0ID, "sha256:")[:8]
+	cdir := "candidates/topk-5-" + strings.TrimPrefix(cid, "sha256:")[:8]
+	if read(h0dir+"/harness.star") != fakeBaseline || read(cdir+"/harness.star") != cand {
+		t.Fatal("sources differ")
+	}
+	if tr := read(h0dir + "/traces/fail-1-t_1.txt"); !strings.Contains(tr, "FAILED-HERE") || !strings.Contains(tr, "finish max_turns") {
+		t.Fatalf("trace %q", tr)
+	}
+	var front struct {
+		Candidates []struct {
+			HarnessID  string   `json:"harness_id"`
+			Success    *float64 `json:"success"`
+			OnFrontier bool     `json:"on_frontier"`
+			Winner     bool     `json:"winner"`
+			Parent     bool     `json:"is_parent"`
+		} `json:"candidates"`
+	}
+	if err := json.Unmarshal([]byte(read("frontier.json")), &front); err != nil {
+		t.Fatal(err)
+	}
+	// topk-5 solves more, h0 takes fewer turns: both on the frontier,
+	// topk-5 best and listed first.
+	fc := front.Candidates
+	if len(fc) != 2 || fc[0].HarnessID != cid || !fc[0].Winner || !fc[0].OnFrontier || !fc[1].OnFrontier || !fc[1].Parent || *fc[0].Success != 1 {
+		t.Fatalf("frontier.json %+v", fc)
+	}
+	var sc map[string]any
+	if err := json.Unmarshal([]byte(read(cdir+"/scores.json")), &sc); err != nil || sc["success"] != 1.0 || sc["mean_turns"] != 3.0 || sc["axis"] != "retrieval" {
+		t.Fatalf("scores.json %v %v", sc, err)
+	}
+	if log := read("evolution_log.md"); !strings.Contains(log, "more passages help") || !strings.Contains(log, "r001-h02") || !strings.Contains(log, "**parent**") {
+		t.Fatalf("evolution log:\n%s", log)
+	}
+	skill := read("SKILL.md")
+	for _, want := range []string{"PROMPT-ONLY", "new/<name>/meta.json", "exactly ONE mechanism", h0dir[len("candidates/"):], "may NOT change the model"} {
+		if !strings.Contains(skill, want) {
+			t.Errorf("SKILL.md lacks %q", want)
+		}
+	}
+	if !strings.Contains(read("CONTRACT.md"), "TOPK") {
+		t.Error("CONTRACT.md lacks the domain constant")
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "new")); err != nil || !fi.IsDir() {
+		t.Fatal("no new/ folder")
+	}
+}

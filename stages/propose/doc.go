@@ -1,0 +1,49 @@
+// Package propose is the propose stage of a harness iteration: it reads the
+// phase's archive and writes M new harness candidates, each changing exactly
+// one mechanism (an axis, see Axes) of the parent harness.
+//
+// Contract:
+//   - Inputs: "tasks" (its first two rows are the dry-run tasks) and zero or
+//     more archive inputs "archive-0", "archive-1", … (or "archive"): committed
+//     propose stages (candidates.parquet with sources) and evaluate stages
+//     (evals.parquet, rollouts.parquet with traces, and the summary that
+//     names what they scored) of the phase. Scores are the evals averaged per
+//     harness over the whole archive, and the Pareto frontier (success ↑,
+//     mean turns ↓) and the winner are recomputed over it: each evaluate
+//     stage's own frontier.json ranks only its own candidates. Sampled
+//     episodes (a seeded reservoir of failed and passed ones per harness)
+//     are read only by the llm and agent backends.
+//   - The parent is Config.Parent: "h0" is Domain.Baseline(); an id is taken from
+//     a candidates table of the archive, else from Stage.Sources (the bucket's
+//     harnesses/<hex>/harness.star, see StoreSources), which also supplies the
+//     sources of archived harnesses scored by id only (an incoming harness).
+//   - Backends: mutate (offline and deterministic: one constant or prompt
+//     fragment per candidate, seeded by the stage's seed and Config.Iteration),
+//     llm (one chat call with the contract, the frontier's code and scores and
+//     sampled failures; reply format: name:/axis:/hypothesis: lines, then a
+//     fenced python block), agent (a command run in a workspace of plain files,
+//     harvested from new/<name>/; see writeWorkspace).
+//   - Every proposal is validated, in order: it loads under the domain's
+//     contract (problems with file:line:col); it is not a duplicate of the parent,
+//     of an archived harness or of an earlier candidate of the batch (same bytes,
+//     or the same syntax tree up to comments and layout); under PromptOnly it
+//     differs from the parent only in the values of SYSTEM_PROMPT and USER_PROMPT
+//     (trees compared with those top-level assignments removed: comments and
+//     layout may change, any other code may not); and a dry run of each dry-run
+//     task through episode.Run against a scripted model (DryRunReplies) ends
+//     without a hook failing. The dry run exercises the hooks, not a model: it
+//     makes no model calls. An episode the environment itself fails is not
+//     held against the candidate (counted as dry_run_env_errors).
+//   - Outputs: candidates.parquet (schemas.Candidate, valid candidates only,
+//     harness_id = harness.SourceID(source), parent_id the parent's id),
+//     rejected.json (a JSON array of Rejection: every proposal or empty slot that
+//     did not become a candidate, with its kind and reason), agent.log for the
+//     agent backend, and the summary: backend, parent, proposed (= valid +
+//     rejected: each rejected.json entry is one proposal or one unfilled slot),
+//     valid, rejected, rejected_by_reason (kind → count), dry_run_env_errors and
+//     backend details (mutate_edits, llm token counts, agent_status).
+//   - Zero valid candidates is still a committed result: the planner decides.
+//     The stage fails (commits nothing) only when it cannot work at all: a bad
+//     config, an unresolvable or invalid parent, an unreadable input, a model
+//     call that failed after its retries, an agent command that cannot start.
+package propose
