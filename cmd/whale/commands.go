@@ -15,9 +15,14 @@ import (
 func commands() []*cli.Command {
 	cmds := []*cli.Command{
 		initCommand(),
+		planCommand(),
+		stepCommand(),
+		runCommand(),
+		stageCommand(),
 		statusCommand(),
 		lsCommand(),
 		showCommand(),
+		analyzeCommand(),
 		dataCommand(),
 		indexCommand(),
 		harnessCommand(),

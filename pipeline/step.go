@@ -1,0 +1,304 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/whalerun/whale/harness/archive"
+	"github.com/whalerun/whale/pipeline/ledger"
+	"github.com/whalerun/whale/pipeline/spec"
+	"github.com/whalerun/whale/schemas"
+	"github.com/whalerun/whale/stages"
+	"github.com/whalerun/whale/stages/filter"
+	"github.com/whalerun/whale/stages/finetune"
+	"github.com/whalerun/whale/stages/propose"
+	"github.com/whalerun/whale/stages/rollout"
+	"github.com/whalerun/whale/storage"
+)
+
+// ErrBusy is returned (wrapped in a *storage.LeaseHeldError) when another
+// process holds the run's lease.
+var ErrBusy = storage.ErrLeaseHeld
+
+// wrapStage is a seam for the crash tests, which stall a stage.
+var wrapStage = func(s stages.Stage) stages.Stage { return s }
+
+// LeaseTTL is how long a lease lasts without renewal; Step renews it every
+// third of that while a stage runs.
+var LeaseTTL = 2 * time.Minute
+
+// Runner executes a run's stages.
+type Runner struct {
+	Planner
+	Runtime *Runtime
+	Log     *slog.Logger
+	// Out receives progress bars (when a terminal) and the trainer's log.
+	Out io.Writer
+	// Holder names this process in the lease and the ledger; default
+	// "whale (host, pid)".
+	Holder string
+}
+
+// LoadRun reads runs/<run>/run.json.
+func LoadRun(ctx context.Context, s *storage.Store, run string) (*spec.Run, error) {
+	key := "runs/" + run + "/run.json"
+	data, err := s.ReadAll(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, fmt.Errorf("run %s: no %s in %s: create it with `whale init`", run, key, s.URL())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return spec.DecodeRun(key, data)
+}
+
+func (r *Runner) log() *slog.Logger {
+	if r.Log != nil {
+		return r.Log
+	}
+	return slog.Default()
+}
+
+func (r *Runner) holder() string {
+	if r.Holder != "" {
+		return r.Holder
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("whale (%s, pid %d)", host, os.Getpid())
+}
+
+// StepResult says what Step did.
+type StepResult struct {
+	Plan   *Plan
+	Result stages.Result
+}
+
+// Step runs the run's next stage under its lease. With the schedule at its
+// end it records that and returns a Plan that is Done. Another holder of
+// the lease gives an error that errors.Is ErrBusy.
+func (r *Runner) Step(ctx context.Context) (*StepResult, error) {
+	lease, err := storage.AcquireLease(ctx, r.Store, "runs/"+r.Run+"/lease", r.holder(), LeaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	lctx, stop := lease.KeepAlive(ctx, 0)
+	res, err := r.stepLocked(lctx)
+	stop()
+	if cause := context.Cause(lctx); err != nil && cause != nil && errors.Is(cause, storage.ErrLeaseLost) {
+		err = fmt.Errorf("%w (%v)", err, cause)
+	}
+	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil && err == nil {
+		r.log().Warn("release lease", "run", r.Run, "err", rerr)
+	}
+	return res, err
+}
+
+func (r *Runner) stepLocked(ctx context.Context) (*StepResult, error) {
+	p, err := r.Plan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &StepResult{Plan: p}
+	if p.Done() {
+		r.record(ctx, ledger.Entry{Kind: ledger.KindDone, Reason: p.Decision.Reason, Signals: signals(p)})
+		return out, nil
+	}
+	r.record(ctx, ledger.Entry{Kind: ledger.KindDecision, Position: p.Decision.Position, Stage: p.Stage,
+		Reason: p.Decision.Reason, Signals: signals(p)})
+	res, err := r.execute(ctx, p.Stage, p.Spec, p.Harness)
+	out.Result = res
+	if err != nil {
+		r.record(ctx, ledger.Entry{Kind: ledger.KindFailure, Position: p.Decision.Position, Stage: p.Stage, Error: err.Error()})
+		return out, fmt.Errorf("%s at %s: %w", p.Stage, p.Decision.Position, err)
+	}
+	if res.Committed {
+		r.record(ctx, ledger.Entry{Kind: ledger.KindStage, Position: p.Decision.Position, Stage: p.Stage,
+			Folder: res.Folder, Summary: res.Manifest.Summary})
+	}
+	return out, nil
+}
+
+func signals(p *Plan) map[string]any {
+	out := make(map[string]any, len(p.Decision.Signals)+2)
+	for k, v := range p.Decision.Signals {
+		out[k] = v
+	}
+	if p.Model != "" {
+		out["model"] = p.Model
+	}
+	if p.Harness != "" {
+		out["harness"] = p.Harness
+	}
+	return out
+}
+
+// record appends to the ledger; a failure to write it is logged, not
+// fatal: the artifacts, not the ledger, are the run's state.
+func (r *Runner) record(ctx context.Context, e ledger.Entry) {
+	e.Holder = r.holder()
+	if _, err := ledger.Append(context.WithoutCancel(ctx), r.Store, r.Run, e); err != nil {
+		r.log().Warn("ledger", "run", r.Run, "err", err)
+	}
+}
+
+// RunToEnd steps until the schedule ends, the context ends or a stage
+// fails. Each step takes and releases the lease.
+func (r *Runner) RunToEnd(ctx context.Context, each func(*StepResult)) error {
+	for {
+		res, err := r.Step(ctx)
+		if err != nil {
+			return err
+		}
+		if each != nil {
+			each(res)
+		}
+		if res.Plan.Done() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// execute runs every shard of a stage in this process (the last one
+// commits it).
+func (r *Runner) execute(ctx context.Context, name string, spc stages.Spec, harnessID string) (stages.Result, error) {
+	if harnessID != "" {
+		if err := r.ensureArchived(ctx, harnessID); err != nil {
+			return stages.Result{}, err
+		}
+	}
+	st, err := r.stageImpl(name)
+	if err != nil {
+		return stages.Result{}, err
+	}
+	st = wrapStage(st)
+	spc.Log = r.log()
+	shards := max(spc.Shards, 1)
+	var res stages.Result
+	for i := range shards {
+		spc.Shard = i
+		if res, err = stages.Execute(ctx, r.Store, spc, st); err != nil {
+			return res, err
+		}
+		if res.Skipped || res.Committed {
+			break
+		}
+	}
+	if name == StagePropose && res.Committed {
+		if err := r.archiveCandidates(ctx, res.Manifest); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func (r *Runner) stageImpl(name string) (stages.Stage, error) {
+	rt := r.Runtime
+	if rt == nil {
+		return nil, errors.New("runner has no runtime")
+	}
+	e := r.Spec
+	switch name {
+	case StageRollout:
+		return &rollout.Stage{Domain: rt.Domain, Model: rt.Model, Concurrency: e.Rollout.Concurrency,
+			Progress: r.Out, Log: r.Log, Archive: r.Store}, nil
+	case StageFilter:
+		return filter.Stage{}, nil
+	case StageFinetune:
+		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: e.Model.Endpoints}, nil
+	case StagePropose:
+		return &propose.Stage{Domain: rt.Domain, LLM: rt.Proposer, Log: r.Log, Sources: propose.StoreSources(r.Store)}, nil
+	case StageEvaluate:
+		return r.evaluateImpl(), nil
+	}
+	return nil, fmt.Errorf("unknown stage %q", name)
+}
+
+// ensureArchived makes sure a harness id can be loaded from the root's
+// archive: a candidate that won is copied there from the propose stage
+// that made it (propose commits its candidates; the archive is filled
+// after, so a crash in between is mended here).
+func (r *Runner) ensureArchived(ctx context.Context, id string) error {
+	if _, err := archive.ParseID(id); err != nil {
+		return nil // a baseline name such as h0
+	}
+	_, err := archive.Get(ctx, r.Store, id)
+	if err == nil || !errors.Is(err, archive.ErrNotFound) {
+		return err
+	}
+	ms, err := storage.ListCommitted(ctx, r.Store, r.Run)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Stage != StagePropose {
+			continue
+		}
+		if err := r.archiveCandidates(ctx, m); err != nil {
+			return err
+		}
+	}
+	if _, err := archive.Get(ctx, r.Store, id); err != nil {
+		return fmt.Errorf("harness %s: %w (no committed propose stage of run %s holds it)", id, err, r.Run)
+	}
+	return nil
+}
+
+func (r *Runner) archiveCandidates(ctx context.Context, m *storage.Manifest) error {
+	for _, f := range m.Table("candidates") {
+		ra, err := r.Store.OpenReaderAt(ctx, m.FileKey(f))
+		if err != nil {
+			return err
+		}
+		err = schemas.ReadRows(ctx, ra, ra.Size(), func(c schemas.Candidate) error {
+			_, err := archive.Put(ctx, r.Store, []byte(c.Source))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("archive candidates of %s: %w", m.Dir, err)
+		}
+	}
+	return nil
+}
+
+// RunStage reruns one stage at a position that the run has reached, under
+// the lease: the stage gets the inputs and config the planner gives it
+// there. With force a committed stage runs again as a new attempt; without,
+// a committed stage with the same identity is a no-op and one with another
+// identity an error saying what differs.
+func (r *Runner) RunStage(ctx context.Context, name, position string, force bool) (*StepResult, error) {
+	lease, err := storage.AcquireLease(ctx, r.Store, "runs/"+r.Run+"/lease", r.holder(), LeaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	lctx, stop := lease.KeepAlive(ctx, 0)
+	defer func() {
+		stop()
+		if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil {
+			r.log().Warn("release lease", "run", r.Run, "err", rerr)
+		}
+	}()
+	p, err := r.PlanAt(lctx, name, position)
+	if err != nil {
+		return nil, err
+	}
+	p.Spec.Force = force
+	r.record(lctx, ledger.Entry{Kind: ledger.KindDecision, Position: position, Stage: name,
+		Reason: fmt.Sprintf("whale stage %s --at %s (force %v)", name, position, force), Signals: signals(p)})
+	res, err := r.execute(lctx, name, p.Spec, p.Harness)
+	if err != nil {
+		r.record(lctx, ledger.Entry{Kind: ledger.KindFailure, Position: position, Stage: name, Error: err.Error()})
+		return &StepResult{Plan: p, Result: res}, fmt.Errorf("%s at %s: %w", name, position, err)
+	}
+	if res.Committed {
+		r.record(lctx, ledger.Entry{Kind: ledger.KindStage, Position: position, Stage: name, Folder: res.Folder, Summary: res.Manifest.Summary})
+	}
+	return &StepResult{Plan: p, Result: res}, nil
+}
