@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +16,7 @@ import (
 	"github.com/whalerun/whale/internal/s3test"
 	"github.com/whalerun/whale/pipeline/ledger"
 	"github.com/whalerun/whale/pipeline/schedule"
+	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/stages/evaluate"
 	"github.com/whalerun/whale/storage"
 )
@@ -102,6 +106,17 @@ func TestWhaleFixedRunsToTheEnd(t *testing.T) {
 		}
 		if got := folders(t, w, exp.Name); !slices.Equal(got, want) {
 			t.Errorf("committed folders %v, want %v", got, want)
+		}
+		// The episodes really ran: no failures, and a reward between the
+		// extremes, so the filter had something to accept and reject.
+		for _, pos := range []string{"r001-w01", "r002-w02"} {
+			m, err := storage.LatestCommitted(context.Background(), w.store, exp.Name, pos, StageRollout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f, mean := num(m.Summary, "failed"), num(m.Summary, "mean_reward"); f != 0 || mean <= 0 || mean >= 1 {
+				t.Errorf("%s: %v failed episodes, mean reward %v; want none failed and a mean in (0, 1)", m.Dir, f, mean)
+			}
 		}
 		// Accounting: 4 weight steps of batch 4 × G 2, the incoming harness
 		// on 4 search tasks, then 2 candidates on them; tests 4 tasks × k 2.
@@ -388,4 +403,85 @@ func sectionName(s schedule.Section) string {
 		return "ht"
 	}
 	return "t"
+}
+
+// Bad input along the way: a trainer that fails, then one that writes
+// nothing, stop the run with an error naming the stage, a failure in the
+// ledger and nothing committed at that stage; once the trainer is fixed,
+// run again resumes and finishes. An agent proposer that writes nothing
+// commits an empty proposal and the run goes on.
+func TestBadTrainerAndEmptyProposals(t *testing.T) {
+	w := newWorld(t, "file://"+t.TempDir())
+	script := filepath.Join(t.TempDir(), "train.sh")
+	write := func(body string) {
+		if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := experimentSource(t, w, "bad", "switch: {fixed: {epochs: 0.5, iterations: 2}}\nbudget: {weight_steps: 2}\n"+
+		"harness: {proposer: agent, agent: {command: 'echo thinking; true'}, candidates_per_iteration: 2, search_set_size: 4}\n")
+	src = []byte(strings.Replace(string(src), "harness: {proposer: mutate, candidates_per_iteration: 2, search_set_size: 4}\n", "", 1))
+	src = []byte(strings.Replace(string(src), fmt.Sprintf("command: %q", trainer), fmt.Sprintf("command: %q", script), 1))
+	exp, err := spec.Parse("bad.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.runner(t, exp)
+	ctx := context.Background()
+
+	for _, c := range []struct{ body, want string }{
+		{"#!/bin/sh\necho loading; echo out of memory >&2; exit 3\n", "exit"},
+		{"#!/bin/sh\necho done\n", "wrote nothing"},
+	} {
+		write(c.body)
+		var did []string
+		err := r.RunToEnd(ctx, func(res *StepResult) { did = append(did, res.Plan.Decision.Position+"-"+res.Plan.Stage+" "+describe(res)) })
+		t.Logf("steps: %v", did)
+		if err == nil || !strings.Contains(err.Error(), "finetune at r001-w01") || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("run with a broken trainer: %v; want an error naming finetune at r001-w01 and %q", err, c.want)
+		}
+		if _, err := storage.LatestCommitted(ctx, w.store, exp.Name, "r001-w01", StageFinetune); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("finetune committed after a failure: %v", err)
+		}
+	}
+	entries, err := ledger.Read(ctx, w.store, exp.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures := 0
+	for _, e := range entries {
+		if e.Kind == ledger.KindFailure && e.Stage == StageFinetune {
+			failures++
+		}
+	}
+	if failures != 2 {
+		t.Errorf("%d finetune failures in the ledger, want 2", failures)
+	}
+
+	write("#!/bin/sh\n" + trainer + "\n")
+	steps := runToEnd(t, r)
+	if !slices.Contains(steps, "r001-w01-finetune") || steps[0] != "r001-w01-finetune" {
+		t.Errorf("resume did not start at the failed finetune: %v", steps)
+	}
+	prop, err := storage.LatestCommitted(ctx, w.store, exp.Name, "r001-h02", StagePropose)
+	if err != nil {
+		t.Fatalf("the empty proposal was not committed: %v", err)
+	}
+	if num(prop.Summary, "valid") != 0 {
+		t.Errorf("agent that writes nothing gave %v valid candidates", prop.Summary["valid"])
+	}
+	ev, err := storage.LatestCommitted(ctx, w.store, exp.Name, "r001-h02", StageEvaluate)
+	if err != nil {
+		t.Fatalf("the evaluation of an empty proposal was not committed: %v", err)
+	}
+	if n := num(ev.Summary, "episodes"); n != 0 {
+		t.Errorf("empty proposal evaluated with %v episodes", n)
+	}
+}
+
+func describe(res *StepResult) string {
+	if res.Result.Manifest == nil {
+		return ""
+	}
+	return fmt.Sprint(res.Result.Manifest.Summary)
 }

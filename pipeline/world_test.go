@@ -144,7 +144,7 @@ model: {name: fake-model, endpoints: [%q], concurrency: 4}
 rsft: {group_size: 2, batch_size: 4}
 harness: {proposer: mutate, candidates_per_iteration: 2, search_set_size: 4}
 finetune: {command: %q, reload: none}
-`, name, w.server.URL+"/v1", trainer) + body
+`, name, w.server.URL, trainer) + body
 	if !strings.Contains(body, "eval:") {
 		src += "eval: {k: 2}\n"
 	}

@@ -303,9 +303,9 @@ func (s *Stage) candidates(ctx context.Context, x *stages.Exec, cfg *Config) ([]
 			return nil, fmt.Errorf("read candidates %s: %w", key, err)
 		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("candidates input %s holds no candidates", in.Dir)
-	}
+	// A proposer that found nothing valid leaves an empty table: the
+	// iteration then scores nothing and costs no rollouts, and the phase's
+	// archive keeps its best (the planner counts the iteration).
 	return out, nil
 }
 

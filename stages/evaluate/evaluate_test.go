@@ -356,3 +356,39 @@ func TestMergeSummaries(t *testing.T) {
 		t.Fatal("shards with other candidates merged")
 	}
 }
+
+// A propose stage that found no valid candidate leaves an empty table:
+// the evaluation commits with nothing scored and no model call.
+func TestEvaluateNoCandidates(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		stagetest.ImportTasks(t, s, "search", tasks(2), 2)
+		propose(t, s, "r001-h02")
+		srv := modeltest.NewServer(t, stagetest.Policy)
+		sp := spec("r001-h02", Config{Domain: "fake", ModelName: model, Mode: ModeSearch}, 1, 0,
+			stages.InputRef{Name: "candidates", Position: "r001-h02", Stage: "propose"})
+		res, err := stages.Execute(ctx, s, sp, newStage(t, s, srv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Committed || srv.Calls() != 0 {
+			t.Fatalf("committed %v after %d model calls; want a commit and none", res.Committed, srv.Calls())
+		}
+		f, err := DecodeSummary(res.Manifest.Summary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Candidates) != 0 || f.Winner != "" || f.Episodes != 0 || f.Perfect {
+			t.Errorf("summary %+v, want nothing scored", f)
+		}
+		for _, table := range []string{"rollouts", "evals"} {
+			var rows int64
+			for _, fe := range res.Manifest.Table(table) {
+				rows += fe.Rows
+			}
+			if rows != 0 {
+				t.Errorf("%s has %d rows, want 0", table, rows)
+			}
+		}
+	})
+}
