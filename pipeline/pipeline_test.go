@@ -435,7 +435,9 @@ func TestBadTrainerAndEmptyProposals(t *testing.T) {
 	} {
 		write(c.body)
 		var did []string
-		err := r.RunToEnd(ctx, func(res *StepResult) { did = append(did, res.Plan.Decision.Position+"-"+res.Plan.Stage+" "+describe(res)) })
+		err := r.RunToEnd(ctx, func(res *StepResult) {
+			did = append(did, res.Plan.Decision.Position+"-"+res.Plan.Stage+" "+describe(res))
+		})
 		t.Logf("steps: %v", did)
 		if err == nil || !strings.Contains(err.Error(), "finetune at r001-w01") || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("run with a broken trainer: %v; want an error naming finetune at r001-w01 and %q", err, c.want)
