@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -486,4 +490,78 @@ func describe(res *StepResult) string {
 		return ""
 	}
 	return fmt.Sprint(res.Result.Manifest.Summary)
+}
+
+// The serving hand-off with vLLM's LoRA adapters: after each finetune the
+// new checkpoint is loaded on the server under its model id, and the next
+// rollout asks for that model and records the id the server answered
+// with. The server is a FAKE vLLM: a recorder of load_lora_adapter calls
+// in front of the scripted chat server.
+func TestVLLMLoRAHandOffFakeVLLM(t *testing.T) {
+	w := newWorld(t, "file://"+t.TempDir())
+	target, err := url.Parse(w.server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var loaded []string
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	fake := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/v1/load_lora_adapter" {
+			var body struct {
+				Name string `json:"lora_name"`
+				Path string `json:"lora_path"`
+			}
+			if err := json.NewDecoder(req.Body).Decode(&body); err != nil || body.Name == "" || body.Path == "" {
+				http.Error(rw, "bad load request", http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			loaded = append(loaded, body.Name)
+			mu.Unlock()
+			rw.Write([]byte("Success"))
+			return
+		}
+		proxy.ServeHTTP(rw, req)
+	}))
+	defer fake.Close()
+	src := string(experimentSource(t, w, "lora", "schedule: weights-only\nbudget: {weight_steps: 2}\nswitch: {fixed: {epochs: 1}}\n"))
+	src = strings.Replace(src, w.server.URL, fake.URL+"/v1", 1)
+	src = strings.Replace(src, "reload: none", "reload: vllm-lora", 1)
+	src = strings.Replace(src, "rsft: {group_size: 2, batch_size: 4}", "rsft: {group_size: 2, batch_size: 4, lora: true}", 1)
+	exp, err := spec.Parse("lora.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runToEnd(t, w.runner(t, exp))
+	ctx := context.Background()
+	ft, err := storage.LatestCommitted(ctx, w.store, exp.Name, "r001-w01", StageFinetune)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := ft.Summary["model_id"].(string)
+	if id == "" || id == exp.Model.Name {
+		t.Fatalf("finetune model id %q", id)
+	}
+	mu.Lock()
+	gotLoaded := slices.Clone(loaded)
+	mu.Unlock()
+	if len(gotLoaded) != 2 || gotLoaded[0] != id {
+		t.Errorf("adapters loaded %v, want 2 starting with %s", gotLoaded, id)
+	}
+	next, err := storage.LatestCommitted(ctx, w.store, exp.Name, "r001-w02", StageRollout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := next.Summary["model_ids"].([]any)
+	if len(ids) != 1 || ids[0] != id {
+		t.Errorf("the rollout after the finetune recorded model ids %v, want [%s]", ids, id)
+	}
+	first, err := storage.LatestCommitted(ctx, w.store, exp.Name, "r001-w01", StageRollout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := first.Summary["model_ids"].([]any); len(ids) != 1 || ids[0] != exp.Model.Name {
+		t.Errorf("the first rollout recorded %v, want the base model", ids)
+	}
 }

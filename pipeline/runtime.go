@@ -9,13 +9,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	mathdomain "github.com/whalerun/whale/domains/math"
 	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/domains/searchqa"
 	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/models"
+	"github.com/whalerun/whale/models/local"
+	"github.com/whalerun/whale/models/localserve"
 	"github.com/whalerun/whale/pipeline/spec"
+	"github.com/whalerun/whale/stages/finetune"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -28,7 +32,11 @@ type Runtime struct {
 	Model  episode.Chatter
 	// Proposer answers the llm proposer; nil unless harness.proposer is llm.
 	Proposer episode.Chatter
-	closers  []func() error
+	// ModelEndpoints, when set, replace model.endpoints as the servers the
+	// finetune stage hands new checkpoints to: NewRuntime sets it to the
+	// in-process server of provider local.
+	ModelEndpoints []string
+	closers        []func() error
 }
 
 // Close releases the tools NewRuntime opened.
@@ -46,6 +54,11 @@ type RuntimeOptions struct {
 	// CacheDir holds downloaded retrieval indexes; default the user cache dir.
 	CacheDir string
 	Log      *slog.Logger
+	// Run, with provider local, lets the in-process server load on first
+	// use the checkpoint a committed finetune stage of this run made, by
+	// its model id: after a restart the server holds only the base while
+	// the plan names the latest fine-tuned model.
+	Run string
 }
 
 // NewRuntime builds the runtime of exp: the domain wired to the tools in
@@ -113,6 +126,10 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 		if rt.Model, err = openAIClient(exp.Model, log); err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}
+	case spec.ProviderLocal:
+		if err := rt.startLocal(exp.Model, log, runResolver(s, o.Run)); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
 	default:
 		return nil, fmt.Errorf("model.provider %s: not available in this build of whale", exp.Model.Provider)
 	}
@@ -128,6 +145,94 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 		rt.Proposer = c
 	}
 	return rt, nil
+}
+
+// startLocal serves the built-in model in this process: model.checkpoint
+// is the path of a models/local checkpoint file (or a directory holding
+// one), served as model.name on a loopback port; the client and the
+// finetune stage's reload talk to it over HTTP as they would to vLLM.
+func (rt *Runtime) startLocal(m spec.Model, log *slog.Logger, resolve func(context.Context, string) (*local.Model, string, error)) error {
+	base, err := localserve.LoadPath(m.Checkpoint)
+	if err != nil {
+		return fmt.Errorf("provider local, checkpoint %s: %w", m.Checkpoint, err)
+	}
+	srv, err := localserve.New(base, localserve.Options{Name: m.Name, Root: m.Checkpoint, Log: log, Resolve: resolve})
+	if err != nil {
+		return err
+	}
+	h, err := localserve.Listen("127.0.0.1:0", srv)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	rt.closers = append(rt.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return h.Shutdown(ctx)
+	})
+	log.Info("model: serving the local checkpoint", "checkpoint", m.Checkpoint, "name", m.Name, "url", h.URL, "digest", base.Digest())
+	m.Provider, m.Endpoints, m.APIKeyEnv = spec.ProviderOpenAI, []string{h.URL}, ""
+	c, err := openAIClient(m, log)
+	if err != nil {
+		return err
+	}
+	rt.Model = c
+	rt.ModelEndpoints = []string{h.URL}
+	return nil
+}
+
+// runResolver finds the committed finetune stage of run whose model id is
+// name (the latest position wins) and reads its local checkpoint from
+// the bucket, checking size and sha256 against the checkpoint index.
+func runResolver(s *storage.Store, run string) func(context.Context, string) (*local.Model, string, error) {
+	if s == nil || run == "" {
+		return nil
+	}
+	return func(ctx context.Context, name string) (*local.Model, string, error) {
+		ms, err := storage.ListCommitted(ctx, s, run)
+		if err != nil {
+			return nil, "", fmt.Errorf("list run %s: %w", run, err)
+		}
+		var found *storage.Manifest
+		for _, m := range ms {
+			if id, _ := m.Summary[finetune.SumModelID].(string); m.Stage == StageFinetune && id == name {
+				found = m
+			}
+		}
+		if found == nil {
+			return nil, "", nil
+		}
+		files := found.Table(finetune.TableIndex)
+		if len(files) != 1 {
+			return nil, "", fmt.Errorf("%s: %d checkpoint indexes, want 1", found.Key, len(files))
+		}
+		data, err := s.ReadAll(ctx, found.FileKey(files[0]))
+		if err != nil {
+			return nil, "", fmt.Errorf("read checkpoint index of %s: %w", found.Dir, err)
+		}
+		idx, err := finetune.DecodeIndex(data)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", found.FileKey(files[0]), err)
+		}
+		for _, f := range idx.Files {
+			if f.Path != localserve.CheckpointFile {
+				continue
+			}
+			b, err := s.ReadAll(ctx, f.Key)
+			if err != nil {
+				return nil, "", fmt.Errorf("read checkpoint %s: %w", f.Key, err)
+			}
+			if int64(len(b)) != f.Size || storage.DigestBytes(b) != f.SHA256 {
+				return nil, "", fmt.Errorf("checkpoint %s: %d bytes %s, the index says %d bytes %s", f.Key, len(b), storage.DigestBytes(b), f.Size, f.SHA256)
+			}
+			m, err := local.DecodeCheckpoint(b)
+			if err != nil {
+				return nil, "", fmt.Errorf("checkpoint %s: %w", f.Key, err)
+			}
+			return m, f.Key, nil
+		}
+		return nil, "", fmt.Errorf("%s: model %s has no %s (not trained by the local backend?)", found.Dir, name, localserve.CheckpointFile)
+	}
 }
 
 func openAIClient(m spec.Model, log *slog.Logger) (*models.Client, error) {

@@ -110,7 +110,7 @@ func (r *Runner) stepLocked(ctx context.Context) (*StepResult, error) {
 	}
 	r.record(ctx, ledger.Entry{Kind: ledger.KindDecision, Position: p.Decision.Position, Stage: p.Stage,
 		Reason: p.Decision.Reason, Signals: signals(p)})
-	res, err := r.execute(ctx, p.Stage, p.Spec, p.Harness)
+	res, err := r.execute(ctx, p.Stage, p.Spec, p.Harness, p.Model)
 	out.Result = res
 	if err != nil {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindFailure, Position: p.Decision.Position, Stage: p.Stage, Error: err.Error()})
@@ -168,7 +168,7 @@ func (r *Runner) RunToEnd(ctx context.Context, each func(*StepResult)) error {
 
 // execute runs every shard of a stage in this process (the last one
 // commits it).
-func (r *Runner) execute(ctx context.Context, name string, spc stages.Spec, harnessID string) (stages.Result, error) {
+func (r *Runner) execute(ctx context.Context, name string, spc stages.Spec, harnessID, model string) (stages.Result, error) {
 	if harnessID != "" {
 		if err := r.ensureArchived(ctx, harnessID); err != nil {
 			return stages.Result{}, err
@@ -176,6 +176,9 @@ func (r *Runner) execute(ctx context.Context, name string, spc stages.Spec, harn
 	}
 	st, err := r.stageImpl(name)
 	if err != nil {
+		return stages.Result{}, err
+	}
+	if err := r.useModel(st, model); err != nil {
 		return stages.Result{}, err
 	}
 	st = wrapStage(st)
@@ -212,7 +215,11 @@ func (r *Runner) stageImpl(name string) (stages.Stage, error) {
 	case StageFilter:
 		return filter.Stage{}, nil
 	case StageFinetune:
-		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: e.Model.Endpoints}, nil
+		endpoints := e.Model.Endpoints
+		if len(rt.ModelEndpoints) > 0 {
+			endpoints = rt.ModelEndpoints
+		}
+		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: endpoints}, nil
 	case StagePropose:
 		return &propose.Stage{Domain: rt.Domain, LLM: rt.Proposer, Log: r.Log, Sources: propose.StoreSources(r.Store)}, nil
 	case StageEvaluate:
@@ -292,7 +299,7 @@ func (r *Runner) RunStage(ctx context.Context, name, position string, force bool
 	p.Spec.Force = force
 	r.record(lctx, ledger.Entry{Kind: ledger.KindDecision, Position: position, Stage: name,
 		Reason: fmt.Sprintf("whale stage %s --at %s (force %v)", name, position, force), Signals: signals(p)})
-	res, err := r.execute(lctx, name, p.Spec, p.Harness)
+	res, err := r.execute(lctx, name, p.Spec, p.Harness, p.Model)
 	if err != nil {
 		r.record(lctx, ledger.Entry{Kind: ledger.KindFailure, Position: position, Stage: name, Error: err.Error()})
 		return &StepResult{Plan: p, Result: res}, fmt.Errorf("%s at %s: %w", name, position, err)

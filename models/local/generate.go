@@ -51,11 +51,33 @@ func (m *Model) GenerateChat(ctx context.Context, convs [][]schemas.Message, opt
 // a prompt's tokens depend only on its ids, its index and opts, not on the
 // grouping or on scheduling.
 func (m *Model) Generate(ctx context.Context, prompts [][]int, opts SampleOptions) ([]Generation, error) {
-	if opts.MaxNewTokens <= 0 {
-		return nil, fmt.Errorf("generate: max new tokens %d, want > 0", opts.MaxNewTokens)
+	each := make([]SampleOptions, len(prompts))
+	streams := make([]uint64, len(prompts))
+	for i := range prompts {
+		each[i], streams[i] = opts, uint64(i)
 	}
-	if opts.Temperature < 0 || math.IsNaN(opts.Temperature) || opts.TopK < 0 || opts.TopP < 0 || opts.TopP > 1 {
-		return nil, fmt.Errorf("generate: temperature %v, top_k %d, top_p %v out of range", opts.Temperature, opts.TopK, opts.TopP)
+	return m.generate(ctx, prompts, each, streams)
+}
+
+// GenerateEach is Generate with options per prompt, for a server that
+// batches unrelated requests: prompt i is decoded under opts[i] and draws
+// from the PCG stream (opts[i].Seed, 0), so it gets exactly the tokens
+// Generate would give it alone with opts[i], whatever else is in the batch.
+func (m *Model) GenerateEach(ctx context.Context, prompts [][]int, opts []SampleOptions) ([]Generation, error) {
+	if len(opts) != len(prompts) {
+		return nil, fmt.Errorf("generate: %d options for %d prompts", len(opts), len(prompts))
+	}
+	return m.generate(ctx, prompts, opts, make([]uint64, len(prompts)))
+}
+
+func (m *Model) generate(ctx context.Context, prompts [][]int, opts []SampleOptions, streams []uint64) ([]Generation, error) {
+	for i, o := range opts {
+		if o.MaxNewTokens <= 0 {
+			return nil, fmt.Errorf("generate: prompt %d: max new tokens %d, want > 0", i, o.MaxNewTokens)
+		}
+		if o.Temperature < 0 || math.IsNaN(o.Temperature) || o.TopK < 0 || o.TopP < 0 || o.TopP > 1 {
+			return nil, fmt.Errorf("generate: prompt %d: temperature %v, top_k %d, top_p %v out of range", i, o.Temperature, o.TopK, o.TopP)
+		}
 	}
 	for i, p := range prompts {
 		if len(p) == 0 || len(p) > m.cfg.Context {
@@ -80,7 +102,8 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opts SampleOption
 			if d == nil || d.cfg != m.cfg {
 				d = newDecoder(m.cfg, &m.p)
 			}
-			errs[gi] = d.run(ctx, prompts[gr[0]:gr[1]], gr[0], opts, out[gr[0]:gr[1]])
+			a, b := gr[0], gr[1]
+			errs[gi] = d.run(ctx, prompts[a:b], streams[a:b], opts[a:b], out[a:b])
 			m.decoders.Put(d)
 		})
 	}
@@ -213,14 +236,14 @@ type seqState struct {
 	reason string
 }
 
-func (dc *decoder) run(ctx context.Context, prompts [][]int, stream0 int, opts SampleOptions, out []Generation) error {
+func (dc *decoder) run(ctx context.Context, prompts [][]int, streams []uint64, opts []SampleOptions, out []Generation) error {
 	cfg := dc.cfg
 	st := make([]seqState, len(prompts))
 	dc.kc = grow(dc.kc, len(prompts))
 	dc.vc = grow(dc.vc, len(prompts))
 	need := 0
-	for _, p := range prompts {
-		need += 2 * cfg.Layers * min(cfg.Context, len(p)+opts.MaxNewTokens) * cfg.DModel
+	for i, p := range prompts {
+		need += 2 * cfg.Layers * min(cfg.Context, len(p)+opts[i].MaxNewTokens) * cfg.DModel
 	}
 	// Every cache slot is written before it is read, so the slab is
 	// reused without clearing.
@@ -228,11 +251,11 @@ func (dc *decoder) run(ctx context.Context, prompts [][]int, stream0 int, opts S
 	off := 0
 	var seq, pos, tok, lrows, live []int
 	for i, p := range prompts {
-		n := cfg.Layers * min(cfg.Context, len(p)+opts.MaxNewTokens) * cfg.DModel
+		n := cfg.Layers * min(cfg.Context, len(p)+opts[i].MaxNewTokens) * cfg.DModel
 		dc.kc[i] = dc.slab[off : off+n : off+n]
 		dc.vc[i] = dc.slab[off+n : off+2*n : off+2*n]
 		off += 2 * n
-		st[i] = seqState{tokens: slices.Clone(p), prompt: len(p), rng: rand.New(rand.NewPCG(opts.Seed, uint64(stream0+i)))}
+		st[i] = seqState{tokens: slices.Clone(p), prompt: len(p), rng: rand.New(rand.NewPCG(opts[i].Seed, streams[i]))}
 		for t, id := range p {
 			seq, pos, tok = append(seq, i), append(pos, t), append(tok, id)
 		}
@@ -270,12 +293,12 @@ func (dc *decoder) run(ctx context.Context, prompts [][]int, stream0 int, opts S
 		}
 		for k, i := range live {
 			s := &st[i]
-			id := dc.sample(logits[k*V:(k+1)*V], s.rng, opts)
+			id := dc.sample(logits[k*V:(k+1)*V], s.rng, opts[i])
 			s.tokens = append(s.tokens, id)
 			switch {
 			case isStop(id):
 				s.done, s.reason = true, "stop"
-			case len(s.tokens)-s.prompt >= opts.MaxNewTokens || len(s.tokens) >= cfg.Context:
+			case len(s.tokens)-s.prompt >= opts[i].MaxNewTokens || len(s.tokens) >= cfg.Context:
 				s.done, s.reason = true, "length"
 			}
 		}

@@ -228,10 +228,14 @@ func (m *Model) TrainStep(ctx context.Context, batch []Example, opts TrainOption
 		}
 	}
 	if m.opt == nil {
+		// Fresh moments on weights that were already trained (a checkpoint
+		// saved without optimiser state) need bias correction from their
+		// own first step, not from the model's.
 		m.opt = newAdam(m.cfg, len(m.p.flat))
+		m.opt.start = m.step
 	}
 	m.step++
-	m.opt.update(m.p.flat, grad, m.step, opts)
+	m.opt.update(m.p.flat, grad, m.step-m.opt.start, opts)
 	st.Step = m.step
 	return st, nil
 }
@@ -269,6 +273,9 @@ type adamState struct {
 	m, v  []float32
 	decay []bool // per tensor, in layout order
 	sizes []int
+	// start is the model's step when these moments began (not saved: a
+	// checkpoint's moments are taken to span all its steps).
+	start int64
 }
 
 func newAdam(cfg Config, n int) *adamState {

@@ -347,7 +347,9 @@ func (e *Experiment) Normalize() {
 	if e.Finetune.Reload == "" {
 		switch {
 		case e.Finetune.Backend == FinetuneLocal:
-			e.Finetune.Reload = ReloadNone
+			// The built-in server loads each new checkpoint next to the base,
+			// under its model id, as vLLM loads LoRA adapters.
+			e.Finetune.Reload = ReloadVLLMLoRA
 		case e.RSFT.LoRA:
 			e.Finetune.Reload = ReloadVLLMLoRA
 		}

@@ -125,7 +125,7 @@ func TestDomainDefaults(t *testing.T) {
 	e := Defaults()
 	e.Domain = DomainDemo
 	e.Normalize()
-	if e.Model.Provider != ProviderLocal || e.Finetune.Backend != FinetuneLocal || e.Finetune.Reload != ReloadNone {
+	if e.Model.Provider != ProviderLocal || e.Finetune.Backend != FinetuneLocal || e.Finetune.Reload != ReloadVLLMLoRA {
 		t.Errorf("demo: provider %s backend %s reload %s", e.Model.Provider, e.Finetune.Backend, e.Finetune.Reload)
 	}
 }

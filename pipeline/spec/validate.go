@@ -296,7 +296,7 @@ func (e *Experiment) validateFinetune(c *checker) {
 	if f.Reload == ReloadCommand {
 		c.required("finetune.reload_command", f.ReloadCommand, "the command that makes the inference server load the new checkpoint")
 	}
-	if f.Reload == ReloadVLLMLoRA && !e.RSFT.LoRA {
+	if f.Reload == ReloadVLLMLoRA && !e.RSFT.LoRA && f.Backend != FinetuneLocal {
 		c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true or choose command or none")
 	}
 	for k := range f.Env {

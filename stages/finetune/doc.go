@@ -14,6 +14,9 @@
 //     /bin/sh -c (optionally under srun) with the WHALE_* environment
 //     described on Config. Its output is streamed line by line to the log;
 //     cancelling ctx kills its process group.
+//   - The local backend trains whale's built-in model (models/local) in
+//     process instead of running a command, and writes model.whalelm to the
+//     same output directory; everything after is shared (see local.go).
 //   - Every file the trainer writes to $WHALE_OUTPUT_DIR is uploaded
 //     through Exec.Create as table "checkpoint_files"; table "checkpoint"
 //     holds one JSON Index that maps each relative path to its object key,

@@ -23,6 +23,7 @@ const Name = "finetune"
 // Backends and reload modes.
 const (
 	BackendCommand = "command"
+	BackendLocal   = "local"
 
 	ReloadNone     = "none"
 	ReloadVLLMLoRA = "vllm-lora"
@@ -53,7 +54,8 @@ const (
 //	WHALE_LEARNING_RATE, WHALE_EPOCHS, WHALE_LORA (1 or 0), WHALE_LORA_RANK,
 //	WHALE_LORA_ALPHA, WHALE_SEED, WHALE_RUN, WHALE_POSITION, WHALE_ATTEMPT
 type Config struct {
-	// Backend is "command" (the default when empty).
+	// Backend is "command" (the default when empty) or "local" (whale's
+	// built-in model, trained in-process: see local.go).
 	Backend string `json:"backend"`
 	// Command is run with /bin/sh -c in whale's working directory, so that
 	// relative paths in it (jobs/trainers/train_sft.py) mean what they
@@ -107,10 +109,12 @@ func (c Config) Validate() error {
 	var errs []error
 	switch c.Backend {
 	case "", BackendCommand:
+	case BackendLocal:
+		errs = append(errs, c.validateLocal()...)
 	default:
-		errs = append(errs, fmt.Errorf("backend %q: this stage runs only the %q backend", c.Backend, BackendCommand))
+		errs = append(errs, fmt.Errorf("backend %q: want %q or %q", c.Backend, BackendCommand, BackendLocal))
 	}
-	if strings.TrimSpace(c.Command) == "" {
+	if c.Backend != BackendLocal && strings.TrimSpace(c.Command) == "" {
 		errs = append(errs, errors.New("command is empty: give the trainer to run, e.g. `python3 jobs/trainers/train_sft.py`"))
 	}
 	for k := range c.Env {
@@ -280,10 +284,15 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		"WHALE_POSITION":        x.Position,
 		"WHALE_ATTEMPT":         strconv.Itoa(x.Attempt),
 	}
-	argv := TrainerArgv(cfg)
-	log.Info("finetune: starting trainer", "argv", argv, "examples", counts.Examples, "base", baseArg, "output", outDir)
 	start := time.Now()
-	err = st.runCommand(ctx, log, "trainer", argv, environ(cfg.Env, env))
+	if cfg.Backend == BackendLocal {
+		log.Info("finetune: training the local model", "examples", counts.Examples, "base", baseArg, "output", outDir)
+		modelID, err = trainLocal(ctx, log, x, cfg, sftDir, baseArg, outDir)
+	} else {
+		argv := TrainerArgv(cfg)
+		log.Info("finetune: starting trainer", "argv", argv, "examples", counts.Examples, "base", baseArg, "output", outDir)
+		err = st.runCommand(ctx, log, "trainer", argv, environ(cfg.Env, env))
+	}
 	secs := time.Since(start).Seconds()
 	if err != nil {
 		return err

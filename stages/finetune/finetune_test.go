@@ -632,7 +632,7 @@ func TestConfigValidate(t *testing.T) {
 		want string // "" means valid
 	}{
 		{"good", func(*Config) {}, ""},
-		{"backend", func(c *Config) { c.Backend = "local" }, `backend "local"`},
+		{"backend", func(c *Config) { c.Backend = "torchtune" }, `backend "torchtune"`},
 		{"command", func(c *Config) { c.Command = " " }, "command is empty"},
 		{"env name", func(c *Config) { c.Env = map[string]string{"A-B": "1"} }, `env "A-B"`},
 		{"env reserved", func(c *Config) { c.Env = map[string]string{"WHALE_SEED": "1"} }, `env "WHALE_SEED": set by the stage`},
