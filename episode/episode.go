@@ -25,6 +25,20 @@ type Domain interface {
 	NewEnv(ctx context.Context, task schemas.Task, h *harness.Harness) (Env, error)
 }
 
+// MetaFilter is implemented by a domain whose task meta holds what a
+// harness must not see, such as a chess puzzle's solution line. HookMeta
+// gets the decoded meta (shared: it must not be changed) and returns what
+// hooks see in state["task"]["meta"]. Keys that name reference answers
+// (see ReferenceKeys) are removed for every domain.
+type MetaFilter interface {
+	HookMeta(meta map[string]any) map[string]any
+}
+
+// ReferenceKeys are meta keys that hold reference answers in the layouts
+// whale imports (JSONL, verl/Search-R1 Parquet); the loop never shows them
+// to hooks.
+var ReferenceKeys = []string{"answer", "answers", "golden_answers", "ground_truth", "reward_model", "solution", "target"}
+
 // Env is the environment of one episode. The loop calls Reset once, then
 // Step with each action the harness parsed, until a Step says Done.
 // Tools that reach the outside (retrieval, code) run inside Step: the

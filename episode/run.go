@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,10 @@ type loop struct {
 	sampling                              models.Sampling
 
 	taskDict map[string]any
+	// plainMsgs mirrors transcript in the plain form hooks receive
+	// (harness.FromStarlark's: message dicts), built once per message for
+	// the state of default hooks rather than once per call.
+	plainMsgs []any
 	// defaultSystem is SYSTEM_PROMPT as a message, nil when empty: the
 	// head of the default context.
 	defaultSystem *schemas.Message
@@ -81,6 +86,14 @@ type loop struct {
 	// that reply, which chat templates require to follow it directly.
 	deferred   []schemas.Message
 	lastAction any // map[string]any, or nil (None) before the first reply
+	// actions counts assignments to lastAction, to tell when plainState
+	// is stale.
+	actions int
+	// plainState is the last state dict given to a default hook, reused
+	// while nothing in it has changed: defaults do not modify their
+	// arguments.
+	plainState map[string]any
+	plainKey   stateKey
 	fmtRetries int
 	illRetries int
 
@@ -110,11 +123,11 @@ func (l *loop) fail(part string, err error) *ending {
 }
 
 func (l *loop) setup() *ending {
-	meta, err := decodeMeta(l.task.Meta)
+	meta, err := sharedMeta(l.task.Meta)
 	if err != nil {
 		return l.fail("task", fmt.Errorf("task %s: meta: %w", l.task.ID, err))
 	}
-	l.taskDict = map[string]any{"id": l.task.ID, "question": l.task.Question, "meta": meta}
+	l.taskDict = map[string]any{"id": l.task.ID, "question": l.task.Question, "meta": hookMeta(l.dom, meta)}
 	l.maxTurns = l.h.Int("MAX_TURNS")
 	l.formatBudget = l.h.Int("FORMAT_RETRIES")
 	l.illegalBudget = l.h.Int("ILLEGAL_RETRIES")
@@ -126,6 +139,9 @@ func (l *loop) setup() *ending {
 		l.defaultSystem = &schemas.Message{Role: "system", Content: sys}
 	}
 	l.system = l.defaultSystem
+	// Room for a one-turn episode's events and messages; longer ones grow.
+	l.trace = make([]schemas.TraceEvent, 0, 12)
+	l.transcript = make([]schemas.Message, 0, 4)
 
 	env, err := l.dom.NewEnv(l.ctx, l.task, l.h)
 	if err != nil {
@@ -155,21 +171,18 @@ func (l *loop) step() *ending {
 		return &ending{reason: FinishMaxTurns}
 	}
 	l.turn = l.res.Turns + 1
-	// Both hooks see the same moment; hooks get converted copies, so one
-	// dict serves both.
-	st := l.state()
-	v, e := l.call("should_stop", st)
+	v, e := l.call("should_stop", l.state("should_stop"))
 	if e != nil {
 		return e
 	}
 	if stop, _ := v.(bool); stop {
 		return &ending{reason: FinishStopped}
 	}
-	v, e = l.call("build_messages", st)
+	v, e = l.call("build_messages", l.state("build_messages"))
 	if e != nil {
 		return e
 	}
-	msgs, err := harness.MessagesFrom(v)
+	msgs, err := messagesFrom(v)
 	if err != nil {
 		return l.fail("hook build_messages", err)
 	}
@@ -203,7 +216,7 @@ func (l *loop) step() *ending {
 	if len(resp.ToolCalls) > 0 {
 		return l.nativeCalls(resp.ToolCalls)
 	}
-	v, e = l.call("parse_action", resp.Content, l.state())
+	v, e = l.call("parse_action", resp.Content, l.state("parse_action"))
 	if e != nil {
 		return e
 	}
@@ -211,7 +224,7 @@ func (l *loop) step() *ending {
 	if err != nil {
 		return l.fail("hook parse_action", err)
 	}
-	l.lastAction = a.Raw
+	l.setLastAction(a.Raw)
 	if a.Kind == "invalid" {
 		kind := "format"
 		if resp.FinishReason == "length" {
@@ -229,13 +242,13 @@ func (l *loop) nativeCalls(calls []schemas.ToolCall) *ending {
 	for _, tc := range calls {
 		a, err := nativeAction(tc)
 		if err != nil {
-			l.lastAction = map[string]any{"kind": "invalid", "error": err.Error()}
+			l.setLastAction(map[string]any{"kind": "invalid", "error": err.Error()})
 			if e := l.invalid("format", err.Error(), tc.ID); e != nil {
 				return e
 			}
 			continue
 		}
-		l.lastAction = a.Raw
+		l.setLastAction(a.Raw)
 		if e := l.act(a, true); e != nil {
 			l.flushDeferred()
 			return e
@@ -282,7 +295,7 @@ func (l *loop) invalid(kind, detail, callID string) *ending {
 	if l.fmtRetries > l.formatBudget {
 		return &ending{reason: FinishFormat}
 	}
-	text, e := l.callString("on_error", kind, detail, l.state())
+	text, e := l.callString("on_error", kind, detail, l.state("on_error"))
 	if e != nil {
 		return e
 	}
@@ -320,19 +333,19 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 		if l.illRetries > l.illegalBudget {
 			return &ending{reason: FinishIllegal}
 		}
-		text, e := l.callString("on_error", "illegal", st.Illegal, l.state())
+		text, e := l.callString("on_error", "illegal", st.Illegal, l.state("on_error"))
 		if e != nil {
 			return e
 		}
 		reply = &text
 	case st.ToolError != "":
-		text, e := l.callString("on_error", "tool", st.ToolError, l.state())
+		text, e := l.callString("on_error", "tool", st.ToolError, l.state("on_error"))
 		if e != nil {
 			return e
 		}
 		reply = &text
 	case st.ToolResult != nil:
-		text, e := l.callString("format_tool_result", st.ToolResult, l.state())
+		text, e := l.callString("format_tool_result", st.ToolResult, l.state("format_tool_result"))
 		if e != nil {
 			return e
 		}
@@ -372,16 +385,180 @@ func (l *loop) feedback(native bool, a harness.Action, text string) {
 	l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
 }
 
-// state is the dict hooks receive (see harness.Base's StateDoc). Hooks get
-// converted copies, so the transcript can be shared without copying here.
-func (l *loop) state() map[string]any {
-	return map[string]any{
-		"task":        l.taskDict,
-		"turn":        l.res.Turns,
-		"messages":    l.transcript[:len(l.transcript):len(l.transcript)],
-		"last_action": l.lastAction,
-		"retries":     map[string]any{"format": l.fmtRetries, "illegal": l.illRetries},
+// state is the dict hook receives (see harness.Base's StateDoc). A harness
+// hook gets a converted copy of a fresh dict, so the transcript is shared
+// without copying here. A Go default gets the dict as is (defaults do not
+// modify their arguments), so it gets the plain form the harness would
+// otherwise convert the state to on every call (int64 numbers, the
+// transcript as message dicts kept in plainMsgs), and the same dict until
+// something in it changes.
+func (l *loop) state(hook string) map[string]any {
+	n := len(l.transcript)
+	if l.h.Defines(hook) {
+		return map[string]any{
+			"task":        l.taskDict,
+			"turn":        int64(l.res.Turns),
+			"messages":    l.transcript[:n:n],
+			"last_action": l.lastAction,
+			"retries":     map[string]any{"format": int64(l.fmtRetries), "illegal": int64(l.illRetries)},
+		}
 	}
+	key := stateKey{messages: n, turns: l.res.Turns, format: l.fmtRetries, illegal: l.illRetries, actions: l.actions}
+	if l.plainState != nil && key == l.plainKey {
+		return l.plainState
+	}
+	for _, m := range l.transcript[len(l.plainMsgs):] {
+		l.plainMsgs = append(l.plainMsgs, plainMessage(m))
+	}
+	l.plainState = map[string]any{
+		"task":        l.taskDict,
+		"turn":        int64(l.res.Turns),
+		"messages":    l.plainMsgs[:n:n],
+		"last_action": l.lastAction,
+		"retries":     map[string]any{"format": int64(l.fmtRetries), "illegal": int64(l.illRetries)},
+	}
+	l.plainKey = key
+	return l.plainState
+}
+
+// stateKey is what a state dict is made of, but for the task.
+type stateKey struct{ messages, turns, format, illegal, actions int }
+
+func (l *loop) setLastAction(a any) {
+	l.lastAction = a
+	l.actions++
+}
+
+// plainMessage is m as a hook sees it: the dict harness.ToStarlark makes
+// of a schemas.Message, converted back to Go.
+func plainMessage(m schemas.Message) map[string]any {
+	d := make(map[string]any, 5)
+	d["role"] = m.Role
+	d["content"] = m.Content
+	if m.Name != "" {
+		d["name"] = m.Name
+	}
+	if m.ToolCallID != "" {
+		d["tool_call_id"] = m.ToolCallID
+	}
+	if len(m.ToolCalls) > 0 {
+		calls := make([]any, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
+			calls[i] = map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}
+		}
+		d["tool_calls"] = calls
+	}
+	return d
+}
+
+// plainNumbers replaces the json.Numbers of decoded JSON by int64 or
+// float64, as the harness runtime would on every call; a number that is
+// neither stays as it is, for the runtime to reject.
+func plainNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return i
+		}
+		if f, err := strconv.ParseFloat(string(x), 64); err == nil {
+			return f
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = plainNumbers(e)
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = plainNumbers(e)
+		}
+	}
+	return v
+}
+
+// messagesFrom is harness.MessagesFrom for build_messages' result, which
+// Call has already validated: a well-formed list is converted without
+// validating it again (that built a path string for every field of every
+// message); anything else goes to MessagesFrom, which says what is wrong.
+func messagesFrom(v any) ([]schemas.Message, error) {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 || len(list) > harness.MessagesShape.Max {
+		return harness.MessagesFrom(v)
+	}
+	out := make([]schemas.Message, len(list))
+	for i, e := range list {
+		if !plainToMessage(e, &out[i]) {
+			return harness.MessagesFrom(v)
+		}
+	}
+	return out, nil
+}
+
+// plainToMessage converts a message dict that conforms to
+// harness.MessageShape, and reports false for anything else.
+func plainToMessage(v any, m *schemas.Message) bool {
+	d, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	n := 2
+	if m.Role, ok = d["role"].(string); !ok {
+		return false
+	}
+	switch m.Role {
+	case "system", "user", "assistant", "tool":
+	default:
+		return false
+	}
+	if m.Content, ok = d["content"].(string); !ok {
+		return false
+	}
+	if x, present := d["name"]; present {
+		if m.Name, ok = x.(string); !ok {
+			return false
+		}
+		n++
+	}
+	if x, present := d["tool_call_id"]; present {
+		if m.ToolCallID, ok = x.(string); !ok {
+			return false
+		}
+		n++
+	}
+	if x, present := d["tool_calls"]; present {
+		calls, ok := x.([]any)
+		if !ok {
+			return false
+		}
+		m.ToolCalls = make([]schemas.ToolCall, len(calls))
+		for j, c := range calls {
+			if !plainToToolCall(c, &m.ToolCalls[j]) {
+				return false
+			}
+		}
+		n++
+	}
+	return len(d) == n // no key the shape does not name
+}
+
+func plainToToolCall(v any, tc *schemas.ToolCall) bool {
+	d, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	n := 2
+	if tc.Name, ok = d["name"].(string); !ok {
+		return false
+	}
+	if tc.Arguments, ok = d["arguments"].(string); !ok {
+		return false
+	}
+	if x, present := d["id"]; present {
+		if tc.ID, ok = x.(string); !ok {
+			return false
+		}
+		n++
+	}
+	return len(d) == n
 }
 
 func (l *loop) call(hook string, args ...any) (any, *ending) {
@@ -581,6 +758,42 @@ func stepSummary(st Step) string {
 	return strings.Join(parts, "; ")
 }
 
+// metaCache holds decoded task metas by their JSON text: every sample of a
+// task has the same, and decoding it again for each episode cost more than
+// the episode's default hooks. Entries are shared by concurrent episodes
+// and never modified: harness hooks get converted copies and Go defaults
+// do not modify their arguments.
+var metaCache struct {
+	sync.Mutex
+	m map[string]map[string]any
+}
+
+// maxCachedMetas bounds metaCache; it is emptied when full, which costs one
+// decode per task afterwards.
+const maxCachedMetas = 4096
+
+// sharedMeta is decodeMeta with plain numbers, from metaCache when it can.
+func sharedMeta(meta string) (map[string]any, error) {
+	metaCache.Lock()
+	m, ok := metaCache.m[meta]
+	metaCache.Unlock()
+	if ok {
+		return m, nil
+	}
+	m, err := decodeMeta(meta)
+	if err != nil {
+		return nil, err
+	}
+	m = plainNumbers(m).(map[string]any)
+	metaCache.Lock()
+	if metaCache.m == nil || len(metaCache.m) >= maxCachedMetas {
+		metaCache.m = make(map[string]map[string]any)
+	}
+	metaCache.m[meta] = m
+	metaCache.Unlock()
+	return m, nil
+}
+
 // decodeMeta is a task's meta column as a dict. Numbers stay json.Number,
 // which the harness runtime turns into Starlark ints or floats as written.
 func decodeMeta(meta string) (map[string]any, error) {
@@ -739,4 +952,29 @@ func (r Result) Row(base schemas.Rollout) schemas.Rollout {
 	row.Messages = r.Messages
 	row.Trace = r.Trace
 	return row
+}
+
+// hookMeta is the part of a task's meta hooks may see: without reference
+// answers, and as the domain filters it. meta is shared and stays as is.
+func hookMeta(dom Domain, meta map[string]any) map[string]any {
+	drop := false
+	for _, k := range ReferenceKeys {
+		if _, ok := meta[k]; ok {
+			drop = true
+			break
+		}
+	}
+	if drop {
+		out := make(map[string]any, len(meta))
+		for k, v := range meta {
+			if !slices.Contains(ReferenceKeys, k) {
+				out[k] = v
+			}
+		}
+		meta = out
+	}
+	if f, ok := dom.(MetaFilter); ok {
+		meta = f.HookMeta(meta)
+	}
+	return meta
 }

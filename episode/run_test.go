@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/models/modeltest"
 	"github.com/whalerun/whale/schemas"
@@ -483,7 +484,13 @@ func TestRunFakeEnvCancel(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(100*time.Millisecond, cancel)
 			start := time.Now()
-			res := Run(ctx, &fakeDomain{contract: fakeContract()}, loadHarness(t, tc.src), newClient(t, srv.URL, time.Minute), task("t", "q", "1"), Config{})
+			// The step limit is out of reach, so that only the cancel can
+			// stop the looping hook (10M steps take about 100 ms here).
+			h, err := harness.Load("h.star", []byte(tc.src), harness.Options{Contract: fakeContract(), MaxSteps: 1 << 40})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := Run(ctx, &fakeDomain{contract: fakeContract()}, h, newClient(t, srv.URL, time.Minute), task("t", "q", "1"), Config{})
 			if el := time.Since(start); el > 3*time.Second {
 				t.Errorf("Run took %v after cancel", el)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -209,31 +210,168 @@ func (h *Harness) callStarlark(ctx context.Context, spec HookSpec, fn *starlark.
 	if err != nil {
 		return nil, bad(fmt.Sprintf("returned %s: %v", v.Type(), err))
 	}
-	if err := spec.Returns.Validate(gv, "result"); err != nil {
-		return nil, bad(fmt.Sprintf("must return %s: %v", spec.Returns, err))
+	if !conforms(spec.Returns, gv) {
+		if err := spec.Returns.Validate(gv, "result"); err != nil {
+			return nil, bad(fmt.Sprintf("must return %s: %v", spec.Returns, err))
+		}
 	}
 	return gv, nil
 }
 
+// callDefault runs the contract's Go default. Arguments already in plain
+// form (what FromStarlark makes: nil, bool, int64, float64, string, []any,
+// map[string]any) are passed as they are, and so is a plain result; only
+// other values are converted (see normalize). Defaults therefore must not
+// modify their arguments, and none does: copying the episode state for
+// every default call cost more CPU than the rest of the call.
 func (h *Harness) callDefault(ctx context.Context, spec HookSpec, args []any) (any, error) {
-	nargs := make([]any, len(args))
+	var nargs []any
 	for i, a := range args {
+		if isPlain(a) {
+			continue
+		}
+		if nargs == nil {
+			nargs = append(make([]any, 0, len(args)), args...)
+		}
 		v, err := normalize(a)
 		if err != nil {
 			return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
 		}
 		nargs[i] = v
 	}
+	if nargs == nil {
+		nargs = args
+	}
 	v, err := spec.Default(ctx, h, nargs)
 	if err != nil {
 		return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: "default: " + err.Error(), kind: ErrRuntime, cause: err}
 	}
-	gv, err := normalize(v)
-	if err == nil {
+	gv := v
+	if !isPlain(v) {
+		gv, err = normalize(v)
+	}
+	if err == nil && !conforms(spec.Returns, gv) {
 		err = spec.Returns.Validate(gv, "result")
 	}
 	if err != nil {
 		return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("default must return %s: %v", spec.Returns, err), kind: ErrBadResult}
 	}
 	return gv, nil
+}
+
+// isPlain is plain under normalize's limits.
+func isPlain(v any) bool {
+	b := budget{maxBytes: DefaultMaxValueBytes, maxItems: DefaultMaxValueItems}
+	return plain(v, &b, 0)
+}
+
+// plain reports whether v is already what normalize would make of it, and
+// within budget b: then normalize's copy can be skipped.
+func plain(v any, b *budget, depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	switch x := v.(type) {
+	case nil, bool, int64, float64:
+		return true
+	case string:
+		return b.addBytes(len(x)) == nil
+	case []any:
+		if b.addItems(len(x)) != nil {
+			return false
+		}
+		for _, e := range x {
+			if !plain(e, b, depth+1) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		if b.addItems(len(x)) != nil {
+			return false
+		}
+		for k, e := range x {
+			if b.addBytes(len(k)) != nil || !plain(e, b, depth+1) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// conforms reports whether v certainly conforms to s, without allocating;
+// false means "ask s.Validate", which also says why. It knows the shapes
+// of this package; Validate's messages build a path string for every
+// element, which cost more than the rest of a default call.
+func conforms(s Shape, v any) bool {
+	switch s := s.(type) {
+	case kindShape:
+		return s.check(v)
+	case Enum:
+		str, ok := v.(string)
+		return ok && slices.Contains(s, str)
+	case ListOf:
+		l, ok := v.([]any)
+		if !ok || len(l) < s.Min || (s.Max > 0 && len(l) > s.Max) {
+			return false
+		}
+		for _, e := range l {
+			if !conforms(s.Elem, e) {
+				return false
+			}
+		}
+		return true
+	case DictOf:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		for _, e := range m {
+			if !conforms(s.Elem, e) {
+				return false
+			}
+		}
+		return true
+	case Record:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		present := 0
+		for _, f := range s.Fields {
+			fv, ok := m[f.Name]
+			if !ok {
+				if f.Optional {
+					continue
+				}
+				return false
+			}
+			present++
+			if !conforms(f.Shape, fv) {
+				return false
+			}
+		}
+		// Field names are distinct, so any key beyond those present is
+		// one the record does not name.
+		return s.Open || len(m) == present
+	case Tagged:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		tag, ok := m[s.Tag].(string)
+		if !ok {
+			return false
+		}
+		variant, ok := s.Variants[tag]
+		return ok && conforms(variant, v)
+	case OneOf:
+		for _, alt := range s {
+			if conforms(alt, v) {
+				return true
+			}
+		}
+	}
+	return false
 }

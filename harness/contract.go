@@ -43,7 +43,9 @@ func Bound(n int64) *int64 { return &n }
 
 // DefaultFunc is the Go implementation of a hook, used when the harness does
 // not define it. args are plain Go values as FromStarlark makes them (or as
-// the caller passed them); the result is validated like a harness's.
+// the caller passed them); the result is validated like a harness's. args
+// are handed over without a copy (the episode loop shares its state with
+// defaults), so a default must never modify them.
 type DefaultFunc func(ctx context.Context, h *Harness, args []any) (any, error)
 
 // HookSpec declares a hook: a function the episode loop calls with

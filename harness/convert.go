@@ -375,17 +375,166 @@ func fromStarlark(v starlark.Value, b *budget, depth int) (any, error) {
 
 // normalize converts a Go value the way a Starlark round trip would
 // (int → int64, []string → []any, structs → maps), so that defaults written
-// in Go are validated and returned exactly like harness results.
+// in Go are validated and returned exactly like harness results. The result
+// is a fresh copy: nothing in it aliases a map or slice of v.
+//
+// The common types (what the episode loop passes: maps, lists, messages,
+// scalars) are copied directly in Go; a Starlark round trip cost several
+// times as much per hook call and dominated the loop's CPU on a fast model
+// server. Other types (structs, typed slices and maps) still take the round
+// trip, so their conversion stays defined by ToStarlark alone.
 func normalize(v any) (any, error) {
 	switch v.(type) {
 	case nil, bool, int64, float64, string:
 		return v, nil
 	}
-	sv, err := ToStarlark(v)
+	return normalizeIn(v, newBudget(0, 0), 0)
+}
+
+// normalizeIn is normalize's copy under budget b. It counts what a round
+// trip would count (string bytes and dict keys as ToStarlark does, list
+// elements and dict entries as FromStarlark does), so that it fails exactly
+// when one of them would.
+func normalizeIn(v any, b *budget, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("value nested deeper than %d levels", maxDepth)
+	}
+	switch x := v.(type) {
+	case nil, bool, int64, float64:
+		return v, nil
+	case string:
+		if err := b.addBytes(len(x)); err != nil {
+			return nil, err
+		}
+		return x, nil
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case json.Number:
+		sv, err := jsonNumber(x)
+		if err != nil {
+			return nil, err
+		}
+		return fromStarlark(sv, b, depth)
+	case []any:
+		if err := b.addItems(len(x)); err != nil {
+			return nil, err
+		}
+		out := make([]any, len(x))
+		for i, e := range x {
+			gv, err := normalizeIn(e, b, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = gv
+		}
+		return out, nil
+	case map[string]any:
+		if err := b.addItems(len(x)); err != nil {
+			return nil, err
+		}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			gv, err := normalizeIn(e, b, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("[%q]: %w", k, err)
+			}
+			if err := b.addBytes(len(k)); err != nil {
+				return nil, err
+			}
+			out[k] = gv
+		}
+		return out, nil
+	case schemas.Message:
+		return messageMap(&x, b)
+	case *schemas.Message:
+		if x == nil {
+			return nil, nil
+		}
+		return messageMap(x, b)
+	case []schemas.Message:
+		if err := b.addItems(len(x)); err != nil {
+			return nil, err
+		}
+		out := make([]any, len(x))
+		for i := range x {
+			m, err := messageMap(&x[i], b)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = m
+		}
+		return out, nil
+	case schemas.ToolCall:
+		return toolCallMap(x, b)
+	case starlark.Value:
+		return fromStarlark(x, b, depth)
+	}
+	// The round trip, for the rare types above; each half counts on its
+	// own copy of the budget, as normalize's two conversions did.
+	from := *b
+	sv, err := toStarlark(v, b, depth)
 	if err != nil {
 		return nil, err
 	}
-	return FromStarlark(sv)
+	gv, err := fromStarlark(sv, &from, depth)
+	b.bytes, b.items = max(b.bytes, from.bytes), max(b.items, from.items)
+	return gv, err
+}
+
+// messageMap is m as FromStarlark(messageValue(m)) makes it.
+func messageMap(m *schemas.Message, b *budget) (any, error) {
+	n := 2
+	if m.Name != "" {
+		n++
+	}
+	if m.ToolCallID != "" {
+		n++
+	}
+	if len(m.ToolCalls) > 0 {
+		n++
+	}
+	if err := b.addItems(n); err != nil {
+		return nil, err
+	}
+	if err := b.addBytes(len(m.Role) + len(m.Content) + len(m.Name) + len(m.ToolCallID)); err != nil {
+		return nil, err
+	}
+	d := make(map[string]any, n)
+	d["role"] = m.Role
+	d["content"] = m.Content
+	if m.Name != "" {
+		d["name"] = m.Name
+	}
+	if m.ToolCallID != "" {
+		d["tool_call_id"] = m.ToolCallID
+	}
+	if len(m.ToolCalls) > 0 {
+		if err := b.addItems(len(m.ToolCalls)); err != nil {
+			return nil, err
+		}
+		calls := make([]any, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
+			c, err := toolCallMap(tc, b)
+			if err != nil {
+				return nil, err
+			}
+			calls[i] = c
+		}
+		d["tool_calls"] = calls
+	}
+	return d, nil
+}
+
+func toolCallMap(tc schemas.ToolCall, b *budget) (any, error) {
+	if err := b.addItems(3); err != nil {
+		return nil, err
+	}
+	if err := b.addBytes(len(tc.ID) + len(tc.Name) + len(tc.Arguments)); err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}, nil
 }
 
 // isFiniteNumber reports whether a float is usable (JSON cannot carry NaN).

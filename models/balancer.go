@@ -3,17 +3,18 @@ package models
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"sync"
 	"time"
-
-	"github.com/openai/openai-go/v3"
 )
 
 // endpoint is one base URL with its own slot semaphore and health.
 type endpoint struct {
-	url string // redacted, for errors and logs
-	oai openai.Client
-	sem chan struct{}
+	url    string      // redacted, for errors and logs
+	chat   *url.URL    // the chat completions URL; never modified
+	header http.Header // sent with every request; never modified
+	sem    chan struct{}
 	// The fields below are guarded by balancer.mu.
 	assigned  int       // calls that picked this endpoint and have not released it (queued or running)
 	failures  int       // consecutive transient failures

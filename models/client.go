@@ -1,6 +1,7 @@
 package models
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,12 +11,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
-
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/whalerun/whale/schemas"
 )
@@ -81,6 +81,7 @@ func (r *Response) Message() schemas.Message {
 type Client struct {
 	cfg   Config
 	key   string
+	hc    *http.Client
 	bal   *balancer
 	extra []byte // Config.Extra encoded once, as `,"k":v` pairs
 	rnd   func(n int64) int64
@@ -117,27 +118,81 @@ func New(cfg Config) (*Client, error) {
 	if c.extra, err = encodeExtra(cfg.Extra); err != nil {
 		return nil, fmt.Errorf("models: config extra: %w", err)
 	}
+	c.hc = sameOriginClient(hc)
 	for _, e := range cfg.Endpoints {
-		opts := []option.RequestOption{
-			option.WithBaseURL(e),
-			option.WithHTTPClient(hc),
-			// Our retry policy spans endpoints; the SDK's would retry one
-			// endpoint behind our back and hide the attempts.
-			option.WithMaxRetries(0),
-			// An explicit key (maybe none) so that OPENAI_API_KEY is never
-			// sent to a server it was not meant for.
-			option.WithAPIKey(key),
-			// Generic requests would send OPENAI_ADMIN_KEY when there is
-			// no API key.
-			option.WithAdminAPIKey(""),
+		u, err := chatURL(e)
+		if err != nil {
+			return nil, fmt.Errorf("models: endpoint %s: %w", redactURL(e), err)
 		}
 		c.bal.eps = append(c.bal.eps, &endpoint{
-			url: redactURL(e),
-			oai: openai.NewClient(opts...),
-			sem: make(chan struct{}, cfg.Concurrency),
+			url:    redactURL(e),
+			chat:   u,
+			header: requestHeader(key),
+			sem:    make(chan struct{}, cfg.Concurrency),
 		})
 	}
 	return c, nil
+}
+
+// userAgent names the client to servers, as the OpenAI SDK's would.
+const userAgent = "whale-models/1"
+
+// chatURL is base + "chat/completions", resolved the way the OpenAI SDKs
+// do: the base URL's path is a directory whether or not it ends in "/".
+func chatURL(base string) (*url.URL, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	if u.Path != "" && !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	// Parsed again from its string form, and an empty port dropped, as
+	// http.NewRequest would do for every call.
+	c, err := url.Parse(u.JoinPath("chat/completions").String())
+	if err != nil {
+		return nil, err
+	}
+	c.Host = strings.TrimSuffix(c.Host, ":")
+	return c, nil
+}
+
+// requestHeader is the header of every request to an endpoint: only what a
+// server needs (no SDK telemetry, no OPENAI_* settings from the
+// environment), with the bearer token when there is a key.
+func requestHeader(key string) http.Header {
+	h := http.Header{
+		"Content-Type": {"application/json"},
+		"Accept":       {"application/json"},
+		// Replies are small; asking for them uncompressed also spares
+		// net/http a header map and a gzip reader per call.
+		"Accept-Encoding": {"identity"},
+		"User-Agent":      {userAgent},
+	}
+	if key != "" {
+		h["Authorization"] = []string{"Bearer " + key}
+	}
+	return h
+}
+
+// sameOriginClient is hc that follows redirects only within the origin of
+// the first request, so that the bearer token never reaches another host.
+func sameOriginClient(hc *http.Client) *http.Client {
+	c := *hc
+	next := hc.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if o := via[0].URL; req.URL.Scheme != o.Scheme || req.URL.Host != o.Host {
+			return fmt.Errorf("redirect to another origin (%s://%s) refused", req.URL.Scheme, req.URL.Host)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // newTransport keeps enough idle connections per host for every slot, so
@@ -223,6 +278,9 @@ func (c *Client) canceled(ctx context.Context, ep *endpoint, attempts int) error
 // option.WithJSONSet: sjson rescans and copies the whole body for every key,
 // which cost 10 µs and a 12 KB copy per call on a 12 KB conversation (see
 // BenchmarkChatVsBareHTTP).
+//
+// The body is not pooled: net/http may still be writing it after the
+// response came back (a server that answers before reading it all).
 func (c *Client) build(req Request) ([]byte, error) {
 	if len(req.Messages) == 0 {
 		return nil, errors.New("request has no messages")
@@ -232,9 +290,6 @@ func (c *Client) build(req Request) ([]byte, error) {
 	}
 	w := wireRequest{Model: c.cfg.Model}
 	var err error
-	if w.Messages, err = toWire(req.Messages); err != nil {
-		return nil, err
-	}
 	if w.Tools, err = toWireTools(req.Tools); err != nil {
 		return nil, err
 	}
@@ -243,10 +298,6 @@ func (c *Client) build(req Request) ([]byte, error) {
 		s.Seed = req.Seed
 	}
 	w.Temperature, w.TopP, w.TopK, w.MaxTokens, w.Seed, w.Stop = s.Temperature, s.TopP, s.TopK, s.MaxTokens, s.Seed, s.Stop
-	body, err := json.Marshal(&w)
-	if err != nil {
-		return nil, fmt.Errorf("encode request: %w", err)
-	}
 	extra := c.extra
 	if len(req.Extra) > 0 {
 		merged := maps.Clone(c.cfg.Extra)
@@ -258,10 +309,26 @@ func (c *Client) build(req Request) ([]byte, error) {
 			return nil, fmt.Errorf("request extra: %w", err)
 		}
 	}
-	if len(extra) > 0 {
-		// body is a non-empty JSON object: it ends in '}' and has fields.
-		body = append(append(body[:len(body)-1], extra...), '}')
+	// One buffer sized for the messages, so that neither the encoding
+	// nor the extras copy the body again.
+	size := 256 + len(extra)
+	for i := range req.Messages {
+		size += len(req.Messages[i].Content) + len(req.Messages[i].Content)/8 + 64
 	}
+	body, err := appendRequest(make([]byte, 0, size), &w, req.Messages)
+	if errors.Is(err, errNotFinite) {
+		// encoding/json says which value it cannot encode.
+		if w.Messages, err = toWire(req.Messages); err == nil {
+			if _, err = json.Marshal(&w); err != nil {
+				err = fmt.Errorf("encode request: %w", err)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The object ends in '}': splice the extras in before it.
+	body = append(append(body[:len(body)-1], extra...), '}')
 	return body, nil
 }
 
@@ -283,98 +350,81 @@ func encodeExtra(extra map[string]any) ([]byte, error) {
 }
 
 // attempt makes one HTTP call on ep under the per-call timeout.
+//
+// It goes straight to net/http: the body is already encoded and the reply
+// is decoded once into a lean struct. Going through openai-go's request
+// machinery (options, header cloning, middleware, a second request clone)
+// cost as much CPU as the HTTP round trip itself against a zero-latency
+// server (see BenchmarkChatVsBareHTTP).
 func (c *Client) attempt(ctx context.Context, ep *endpoint, body []byte) (*Response, *attemptError) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	t := &tap{}
-	// The body goes out as bytes and comes back as bytes, decoded once
-	// into a lean struct: the SDK's typed params cost four times
-	// encoding/json to encode, and its decoder scans the JSON twice
-	// (encoding/json, then gjson and reflection). See the benchmark.
-	var raw []byte
-	err := ep.oai.Post(actx, "chat/completions", body, &raw, option.WithMiddleware(t.wire))
-	timedOut := ctx.Err() == nil && actx.Err() != nil
-	hres := t.res
+	// The URL was parsed once in New; parsing it again for every call was
+	// a tenth of the attempt's CPU. An empty URL parses for free, and the
+	// request gets its own copy of the endpoint's.
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, "", bytes.NewReader(body))
 	if err != nil {
-		if hres != nil && hres.StatusCode >= 400 {
-			return nil, c.statusError(hres)
-		}
-		k := classifyTransport(err, timedOut, hres != nil, t.bodyErr != nil)
-		msg := err.Error()
-		if k == KindTimeout && timedOut {
-			msg = fmt.Sprintf("no answer within %v", c.cfg.Timeout)
-		}
-		ae := &attemptError{kind: k, msg: msg, err: err}
-		if hres != nil {
-			ae.status = hres.StatusCode
-		}
-		return nil, ae
+		return nil, &attemptError{kind: KindBadRequest, msg: err.Error(), err: err}
 	}
-	r, derr := decodeCompletion(raw)
+	u := *ep.chat
+	req.URL, req.Host = &u, u.Host
+	req.Header = ep.header
+	if c.hc.Jar != nil {
+		// A cookie jar adds to the request's header.
+		req.Header = ep.header.Clone()
+	}
+	hres, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.transportError(ctx, actx, err, nil, false)
+	}
+	defer hres.Body.Close()
+	if hres.StatusCode >= 400 {
+		return nil, c.statusError(hres)
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer putBody(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(hres.Body); err != nil {
+		return nil, c.transportError(ctx, actx, fmt.Errorf("read response body: %w", err), hres, true)
+	}
+	r, derr := decodeCompletion(buf.Bytes())
 	if derr != nil {
-		return nil, &attemptError{kind: KindMalformed, status: statusOf(hres), msg: derr.Error(), err: derr}
+		return nil, &attemptError{kind: KindMalformed, status: hres.StatusCode, msg: derr.Error(), err: derr}
 	}
 	return r, nil
 }
 
+// transportError classifies an attempt that failed without an HTTP error
+// status; hres is the response when its headers arrived.
+func (c *Client) transportError(ctx, actx context.Context, err error, hres *http.Response, bodyBroken bool) *attemptError {
+	timedOut := ctx.Err() == nil && actx.Err() != nil
+	k := classifyTransport(err, timedOut, hres != nil, bodyBroken)
+	msg := err.Error()
+	if k == KindTimeout && timedOut {
+		msg = fmt.Sprintf("no answer within %v", c.cfg.Timeout)
+	}
+	ae := &attemptError{kind: k, msg: msg, err: err}
+	if hres != nil {
+		ae.status = hres.StatusCode
+	}
+	return ae
+}
+
+// bodyPool holds response buffers: decodeCompletion copies what it keeps,
+// so a buffer is free again once the reply is decoded.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody keeps one huge body from pinning its buffer in the pool.
+const maxPooledBody = 1 << 20
+
+func putBody(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBody {
+		b.Reset()
+		bodyPool.Put(b)
+	}
+}
+
 var errNoChoices = errors.New("response has no choices")
-
-// tap is the per-attempt middleware between the SDK and net/http.
-type tap struct {
-	// res is kept because the SDK may fail to parse a non-OpenAI error
-	// body (vLLM's has no "error" object) and lose the status.
-	res *http.Response
-	// bodyErr tells a connection dropped mid-body from a malformed body:
-	// both end in "unexpected EOF" once the SDK wraps them.
-	bodyErr error
-}
-
-// sentHeaders are the request headers an inference server needs; the SDK's
-// telemetry headers (X-Stainless-*, OpenAI-Organization/-Project from the
-// environment) are dropped.
-var sentHeaders = []string{"Content-Type", "Accept", "Authorization", "User-Agent"}
-
-func (t *tap) wire(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-	h := make(http.Header, len(sentHeaders))
-	for _, k := range sentHeaders {
-		if v := r.Header[k]; len(v) > 0 {
-			h[k] = v
-		}
-	}
-	r.Header = h
-	// The SDK wraps the body in a type net/http does not know to be in
-	// memory, which makes it send the headers and the body in two writes
-	// (two TCP segments, two reads on the server). A fresh reader over the
-	// same bytes goes out in one.
-	if r.GetBody != nil && r.Body != nil && r.Body != http.NoBody {
-		if b, err := r.GetBody(); err == nil {
-			_ = r.Body.Close()
-			r.Body = b
-		}
-	}
-	res, err := next(r)
-	if res != nil {
-		t.res = res
-		if res.Body != nil {
-			res.Body = &watchedBody{ReadCloser: res.Body, err: &t.bodyErr}
-		}
-	}
-	return res, err
-}
-
-// watchedBody records the first read error other than EOF.
-type watchedBody struct {
-	io.ReadCloser
-	err *error
-}
-
-func (b *watchedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && *b.err == nil {
-		*b.err = err
-	}
-	return n, err
-}
 
 func statusOf(r *http.Response) int {
 	if r == nil {
@@ -383,9 +433,8 @@ func statusOf(r *http.Response) int {
 	return r.StatusCode
 }
 
-// statusError reads the error body the SDK kept on the response. The SDK
-// may fail to parse a non-OpenAI error body (vLLM's has no "error" object),
-// so the status comes from the response, not from its error.
+// statusError reads an error response: its status, and the message of its
+// body whatever its form (OpenAI's, vLLM's, FastAPI's or plain text).
 func (c *Client) statusError(hres *http.Response) *attemptError {
 	ae := &attemptError{kind: kindForStatus(hres.StatusCode), status: hres.StatusCode}
 	if hres.Body != nil {

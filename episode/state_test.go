@@ -1,0 +1,132 @@
+package episode
+
+import (
+	"encoding/json"
+	"maps"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/schemas"
+)
+
+// plainMessage must be exactly what the harness runtime makes of a
+// message, so that default hooks see the same state either way.
+func TestPlainMessageMatchesRuntime(t *testing.T) {
+	msgs := []schemas.Message{
+		{Role: "user", Content: "q"},
+		{Role: "assistant", Content: "", ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query":"x"}`}, {Name: "calc"}}},
+		{Role: "tool", Content: "r", Name: "search", ToolCallID: "c1"},
+		{Role: "system"},
+	}
+	for _, m := range msgs {
+		sv, err := harness.ToStarlark(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := harness.FromStarlark(sv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := plainMessage(m); !reflect.DeepEqual(got, want) {
+			t.Errorf("plainMessage(%+v) = %#v, want %#v", m, got, want)
+		}
+	}
+}
+
+func TestPlainNumbers(t *testing.T) {
+	meta, err := decodeMeta(`{"rating": 1500, "score": 0.5, "exp": 1e3, "big": 1e400, "tags": ["x", 2], "nested": {"n": -3}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := plainNumbers(meta)
+	// 1e400 is left for the runtime to reject, as before.
+	want := map[string]any{"rating": int64(1500), "score": 0.5, "exp": 1000.0, "big": json.Number("1e400"),
+		"tags": []any{"x", int64(2)}, "nested": map[string]any{"n": int64(-3)}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("plainNumbers = %#v, want %#v", got, want)
+	}
+	if _, err := harness.ToStarlark(json.Number("1e400")); err == nil {
+		t.Error("the runtime accepted 1e400")
+	}
+}
+
+// messagesFrom converts what MessagesFrom converts and rejects what it
+// rejects, with its error.
+func TestMessagesFromMatchesHarness(t *testing.T) {
+	m := func(kv ...any) map[string]any {
+		d := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			d[kv[i].(string)] = kv[i+1]
+		}
+		return d
+	}
+	cases := []any{
+		[]any{m("role", "system", "content", "s"), m("role", "user", "content", "q")},
+		[]any{m("role", "assistant", "content", "", "tool_calls", []any{m("id", "1", "name", "search", "arguments", "{}"), m("name", "calc", "arguments", "")})},
+		[]any{m("role", "tool", "content", "r", "tool_call_id", "1", "name", "search")},
+		[]any{},
+		"not a list",
+		[]any{"not a dict"},
+		[]any{m("role", "robot", "content", "x")},
+		[]any{m("role", "user", "content", "x", "contnet", "y")},
+		[]any{m("role", "user")},
+		[]any{m("role", "user", "content", int64(1))},
+		[]any{m("role", "assistant", "content", "", "tool_calls", []any{m("name", "s")})},
+		[]any{m("role", "assistant", "content", "", "tool_calls", []any{m("name", "s", "arguments", "", "extra", "x")})},
+		[]any{m("role", "assistant", "content", "", "tool_calls", "x")},
+		[]any{m("role", "tool", "content", "r", "tool_call_id", int64(1))},
+	}
+	for _, v := range cases {
+		want, wantErr := harness.MessagesFrom(v)
+		got, err := messagesFrom(v)
+		if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+			t.Errorf("messagesFrom(%v) error %v, MessagesFrom error %v", v, err, wantErr)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("messagesFrom(%v) = %+v, MessagesFrom = %+v", v, got, want)
+		}
+	}
+}
+
+type metaFilterDomain struct{ fakeDomain }
+
+func (metaFilterDomain) HookMeta(m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		if k != "secret" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Hooks never see reference answers in the meta, and a domain can hide
+// more; the shared decoded meta stays whole.
+func TestHookMetaHidesReferences(t *testing.T) {
+	tests := []struct {
+		name string
+		dom  Domain
+		meta map[string]any
+		want []string
+	}{
+		{"nothing to hide", &fakeDomain{}, map[string]any{"source": "nq", "level": 3}, []string{"level", "source"}},
+		{"reference keys", &fakeDomain{}, map[string]any{"source": "nq", "golden_answers": []any{"x"}, "answer": "x", "reward_model": map[string]any{}}, []string{"source"}},
+		{"domain filter", &metaFilterDomain{}, map[string]any{"source": "nq", "secret": 1, "solution": "y"}, []string{"source"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(tt.meta)
+			got := hookMeta(tt.dom, tt.meta)
+			keys := slices.Sorted(maps.Keys(got))
+			if !slices.Equal(keys, tt.want) {
+				t.Errorf("hooks see %v, want %v", keys, tt.want)
+			}
+			if len(tt.meta) != before {
+				t.Errorf("the shared meta lost keys")
+			}
+		})
+	}
+}
