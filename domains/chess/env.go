@@ -34,6 +34,22 @@ func (d *Domain) Name() string { return "chess" }
 // Contract is the domain's harness contract, Contract().
 func (d *Domain) Contract() *harness.Contract { return Contract() }
 
+// HookMeta hides the puzzle's solution line (meta "moves" of the Lichess
+// layout) from hooks: a harness may present the position but not be told
+// the answer. It implements episode.MetaFilter.
+func (d *Domain) HookMeta(meta map[string]any) map[string]any {
+	if _, ok := meta["moves"]; !ok {
+		return meta
+	}
+	out := make(map[string]any, len(meta))
+	for k, v := range meta {
+		if k != "moves" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // Baseline is the source of h0.
 func (d *Domain) Baseline() []byte { return append([]byte(nil), baseline...) }
 

@@ -82,3 +82,43 @@ func TestEpisodeH0(t *testing.T) {
 		})
 	}
 }
+
+// A harness cannot read the solution line from the task's meta: hooks see
+// the meta without "moves", so a harness that tries to play them plays
+// nothing and fails.
+func TestHooksDoNotSeeTheSolution(t *testing.T) {
+	d := NewDomain()
+	src := `
+def parse_action(text, state):
+    meta = state["task"]["meta"]
+    if "moves" in meta:
+        return {"kind": "move", "move": meta["moves"][len(state["messages"]) // 2 * 2 + 1]}
+    return {"kind": "invalid", "error": "meta keys: " + ",".join(sorted(meta.keys()))}
+`
+	h, err := harness.Load("cheat.star", []byte(src), harness.Options{Contract: d.Contract()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := modeltest.NewServer(t, modeltest.Always(modeltest.Reply{Content: "no idea"}))
+	m, err := models.New(models.Config{Endpoints: []string{srv.URL}, Model: "fake-model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := taskByID(t, "00008")
+	if !strings.Contains(task.Meta, `"moves"`) {
+		t.Fatalf("the test puzzle's meta has no moves: %s", task.Meta)
+	}
+	res := episode.Run(context.Background(), d, h, m, task, episode.Config{Seed: 1})
+	if res.Reward != 0 || res.FinishReason != episode.FinishFormat {
+		t.Fatalf("the cheating harness got reward %v, finish %s", res.Reward, res.FinishReason)
+	}
+	var seen string
+	for _, e := range res.Trace {
+		if e.Kind == episode.KindHook && strings.Contains(e.Feedback, "meta keys: ") {
+			seen = e.Feedback
+		}
+	}
+	if seen == "" || strings.Contains(seen, "moves") || !strings.Contains(seen, "fen") {
+		t.Errorf("hooks saw meta keys %q; want the puzzle's without moves", seen)
+	}
+}
