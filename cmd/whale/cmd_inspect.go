@@ -418,5 +418,6 @@ func runStatus(ctx context.Context, o statusOptions, out io.Writer) error {
 		last := slices.MaxFunc(ms, func(a, b *storage.Manifest) int { return a.Finished.Compare(b.Finished) })
 		fmt.Fprintf(tw, "last\t%s (%s), %s\n", last.Folder(), tableRows(last), last.Finished.Local().Format(time.DateTime))
 	}
+	printSlurmJobs(ctx, store, o.Run, tw)
 	return tw.Flush()
 }

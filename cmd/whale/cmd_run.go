@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -27,6 +28,10 @@ type runOptions struct {
 	// For stage:
 	Stage, At string
 	Force     bool
+	// Shard is "I/N" (run one shard of a sharded stage); Finalize commits
+	// a sharded stage whose shards are done. Both are what Slurm jobs run.
+	Shard    string
+	Finalize bool
 }
 
 func runFlags() []cli.Flag {
@@ -98,13 +103,15 @@ inputs it is a conflict (exit 3) unless --force, which writes a new attempt
 and keeps the old one.`,
 		Flags: append(runFlags(),
 			&cli.StringFlag{Name: "at", Required: true, Usage: "`POSITION` of the stage, e.g. r001-w02"},
-			&cli.BoolFlag{Name: "force", Usage: "run again as a new attempt even if committed"}),
+			&cli.BoolFlag{Name: "force", Usage: "run again as a new attempt even if committed"},
+			&cli.StringFlag{Name: "shard", Usage: "run only shard `I/N` of a sharded stage (a Slurm array task), without the lease; it commits the stage only when it is the last part"},
+			&cli.BoolFlag{Name: "finalize", Usage: "commit a sharded stage whose shards are all done (the job after a Slurm array); runs no shard"}),
 		Action: action(func(c *cli.Context, args []string) error {
 			if len(args) != 2 {
 				return usagef("want a stage name and a run, got %d arguments", len(args))
 			}
 			return runStageCmd(c.Context, runOptions{Root: c.String("root"), Stage: args[0], Run: args[1], At: c.String("at"),
-				Force: c.Bool("force"), CacheDir: c.String("cache")}, c.App.Writer)
+				Force: c.Bool("force"), CacheDir: c.String("cache"), Shard: c.String("shard"), Finalize: c.Bool("finalize")}, c.App.Writer)
 		}),
 	}
 }
@@ -201,7 +208,7 @@ func newRunner(ctx context.Context, o runOptions, out io.Writer) (*pipeline.Runn
 	if err != nil {
 		return nil, nil, err
 	}
-	rt, err := pipeline.NewRuntime(ctx, store, pl.Spec, pipeline.RuntimeOptions{CacheDir: o.CacheDir})
+	rt, err := pipeline.NewRuntime(ctx, store, pl.Spec, pipeline.RuntimeOptions{CacheDir: o.CacheDir, Run: o.Run})
 	if err != nil {
 		store.Close()
 		return nil, nil, err
@@ -241,17 +248,53 @@ func runStep(ctx context.Context, o runOptions, out io.Writer, toEnd bool) error
 }
 
 func runStageCmd(ctx context.Context, o runOptions, out io.Writer) error {
+	var shard, shards int
+	if o.Shard != "" {
+		if o.Force || o.Finalize {
+			return usagef("--shard goes with neither --force nor --finalize")
+		}
+		var err error
+		if shard, shards, err = parseShard(o.Shard); err != nil {
+			return usageError{err}
+		}
+	}
+	if o.Finalize && o.Force {
+		return usagef("--finalize commits the existing attempt; it does not go with --force")
+	}
 	r, closeAll, err := newRunner(ctx, o, out)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	res, err := r.RunStage(ctx, o.Stage, o.At, o.Force)
+	var res *pipeline.StepResult
+	switch {
+	case o.Finalize:
+		res, err = r.FinalizeStage(ctx, o.Stage, o.At)
+	case o.Shard != "":
+		res, err = r.RunShard(ctx, o.Stage, o.At, shard, shards)
+	default:
+		res, err = r.RunStage(ctx, o.Stage, o.At, o.Force)
+	}
 	if err != nil {
 		return stageError(err)
 	}
 	fmt.Fprintf(out, "%s at %s: %s\n", o.Stage, o.At, describeResult(res.Result))
 	return nil
+}
+
+// parseShard reads "I/N", 0 ≤ I < N.
+func parseShard(s string) (shard, shards int, err error) {
+	i, n, ok := strings.Cut(s, "/")
+	if ok {
+		shard, err = strconv.Atoi(i)
+		if err == nil {
+			shards, err = strconv.Atoi(n)
+		}
+	}
+	if !ok || err != nil || shard < 0 || shards < 1 || shard >= shards {
+		return 0, 0, fmt.Errorf("--shard %q: want I/N with 0 <= I < N, e.g. 0/4", s)
+	}
+	return shard, shards, nil
 }
 
 // stageError maps a stage's identity conflict to exit code 3.

@@ -19,6 +19,7 @@ func commands() []*cli.Command {
 		stepCommand(),
 		runCommand(),
 		stageCommand(),
+		submitCommand(),
 		statusCommand(),
 		lsCommand(),
 		showCommand(),
@@ -27,6 +28,7 @@ func commands() []*cli.Command {
 		indexCommand(),
 		harnessCommand(),
 		demoCommand(),
+		localCommand(),
 		versionCommand(),
 	}
 	for _, c := range cmds {
