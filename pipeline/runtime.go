@@ -49,6 +49,10 @@ func (rt *Runtime) Close() error {
 	return errors.Join(errs...)
 }
 
+// EndpointsEnv, when set, replaces model.endpoints of the experiment with
+// a comma-separated list of base URLs for this process.
+const EndpointsEnv = "WHALE_MODEL_ENDPOINTS"
+
 // RuntimeOptions tune NewRuntime.
 type RuntimeOptions struct {
 	// CacheDir holds downloaded retrieval indexes; default the user cache dir.
@@ -123,7 +127,15 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 	}
 	switch exp.Model.Provider {
 	case spec.ProviderOpenAI:
-		if rt.Model, err = openAIClient(exp.Model, log); err != nil {
+		m := exp.Model
+		if env := os.Getenv(EndpointsEnv); env != "" {
+			// A job that starts its own server (a vLLM per Slurm array
+			// task) points the run's stages at it; endpoints are how a
+			// stage runs, not what it computes, so identities stay.
+			m.Endpoints = strings.Split(env, ",")
+			rt.ModelEndpoints = m.Endpoints
+		}
+		if rt.Model, err = openAIClient(m, log); err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}
 	case spec.ProviderLocal:

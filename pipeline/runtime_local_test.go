@@ -8,6 +8,7 @@ import (
 
 	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/models/local"
+	"github.com/whalerun/whale/models/modeltest"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/schemas"
 	"github.com/whalerun/whale/stages"
@@ -137,5 +138,29 @@ func TestRuntimeLocalResolvesRunCheckpoints(t *testing.T) {
 		case r.Model != c.want:
 			t.Errorf("%s answered as %s", c.name, r.Model)
 		}
+	}
+}
+
+// WHALE_MODEL_ENDPOINTS points this process's stages at other servers
+// (a vLLM that a Slurm job started), leaving the spec alone.
+func TestEndpointsFromTheEnvironment(t *testing.T) {
+	srv := modeltest.NewServer(t, modeltest.Always(modeltest.Reply{Content: "from the job's server"}))
+	exp, err := spec.Parse("e.yaml", []byte("name: e\ndomain: math\nschedule: weights-only\ndata: {train: datasets/t}\n"+
+		"eval: {test_every_phase: false}\nmodel: {name: m, endpoints: ['http://127.0.0.1:9/v1']}\nfinetune: {command: x, reload: none}\nbudget: {weight_steps: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EndpointsEnv, srv.URL)
+	rt, err := NewRuntime(context.Background(), nil, exp, RuntimeOptions{Log: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	resp, err := rt.Model.Chat(context.Background(), models.Request{Messages: []schemas.Message{{Role: "user", Content: "hi"}}})
+	if err != nil || resp.Content != "from the job's server" {
+		t.Fatalf("chat: %v, %+v", err, resp)
+	}
+	if len(rt.ModelEndpoints) != 1 || rt.ModelEndpoints[0] != srv.URL || exp.Model.Endpoints[0] != "http://127.0.0.1:9/v1" {
+		t.Errorf("reload endpoints %v, spec endpoints %v", rt.ModelEndpoints, exp.Model.Endpoints)
 	}
 }

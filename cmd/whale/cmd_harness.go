@@ -5,38 +5,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 
 	"github.com/urfave/cli/v2"
-	"github.com/whalerun/whale/domains/chess"
-	mathdomain "github.com/whalerun/whale/domains/math"
-	"github.com/whalerun/whale/domains/searchqa"
+	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/harness"
 )
 
-// harnessContracts are the domains a harness can be written for. The demo
-// domain has no contract yet.
-var harnessContracts = map[string]func() *harness.Contract{
-	"chess":    chess.Contract,
-	"math":     mathdomain.Contract,
-	"searchqa": searchqa.Contract,
-}
-
+// domainContract is the hook contract of a domain the registry knows.
 func domainContract(name string) (*harness.Contract, error) {
-	if f, ok := harnessContracts[name]; ok {
-		return f(), nil
+	d, err := registry.Lookup(name, registry.Resources{})
+	if err != nil {
+		return nil, usageError{err}
 	}
-	known := make([]string, 0, len(harnessContracts))
-	for n := range harnessContracts {
-		known = append(known, n)
-	}
-	sort.Strings(known)
-	msg := fmt.Sprintf("unknown domain %q: harness contracts exist for %s", name, strings.Join(known, ", "))
-	if name == "demo" {
-		msg += " (the demo domain has no harness contract yet)"
-	}
-	return nil, usageError{errors.New(msg)}
+	return d.Contract(), nil
 }
 
 func harnessCommand() *cli.Command {

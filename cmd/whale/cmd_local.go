@@ -29,6 +29,7 @@ func localCommand() *cli.Command {
 		Name:  "local",
 		Usage: "whale's built-in model",
 		Subcommands: []*cli.Command{
+			localPretrainCommand(),
 			{
 				Name:  "serve",
 				Usage: "serve a built-in model checkpoint over the OpenAI-compatible API",

@@ -177,8 +177,8 @@ func TestHarnessRunErrors(t *testing.T) {
 		wants []string
 	}{
 		{"no file", []string{"--domain", "chess", "--tasks", tasks}, exitUsage, []string{"one harness file"}},
-		{"no domain", []string{"h0", "--tasks", tasks}, exitUsage, []string{"--domain", "chess, math, searchqa"}},
-		{"unknown domain", []string{"h0", "--domain", "go", "--tasks", tasks}, exitUsage, []string{`"go"`, "chess, math, searchqa"}},
+		{"no domain", []string{"h0", "--tasks", tasks}, exitUsage, []string{"--domain", "chess, demo, math, searchqa"}},
+		{"unknown domain", []string{"h0", "--domain", "go", "--tasks", tasks}, exitUsage, []string{`"go"`, "chess, demo, math, searchqa"}},
 		{"no tasks", []string{"h0", "--domain", "chess"}, exitUsage, []string{"--tasks"}},
 		{"missing tasks file", []string{"h0", "--domain", "chess", "--tasks", "/nonexistent/t.jsonl"}, exitUsage, []string{"/nonexistent/t.jsonl"}},
 		{"no such task", []string{"h0", "--domain", "chess", "--tasks", tasks, "--task", "zzz"}, exitUsage, []string{`no task "zzz" among the 4 tasks`}},

@@ -15,12 +15,17 @@ func TestHarnessDoc(t *testing.T) {
 		{"chess", []string{"# Harness contract: chess", "`BOARD_FORMAT`", "`legal_moves(fen, notation)`", "`parse_move(fen, text)`", "`parse_action(text, state)`"}},
 		{"math", []string{"# Harness contract: math", "`CODE_TOOL`", "`MAX_OUTPUT_CHARS`", "`extract_boxed(text)`", "`normalize_answer(s)`"}},
 		{"searchqa", []string{"# Harness contract: searchqa", "`TOPK`", "`MAX_DOC_CHARS`", "`extract_answer(text)`", "`normalize_answer(s)`"}},
+		{"demo", []string{"# Harness contract: demo", "`ANSWER_CUE`", "`LENIENT_PARSE`"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.domain, func(t *testing.T) {
 			r := whale(t, "harness", "doc", tt.domain)
 			r.mustCode(t, exitOK, tt.wants...)
-			if want := harnessContracts[tt.domain]().Doc(); r.stdout != want {
+			c, err := domainContract(tt.domain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := c.Doc(); r.stdout != want {
 				t.Errorf("stdout is not the contract's Doc()")
 			}
 		})
@@ -72,8 +77,7 @@ func TestHarnessCheckErrors(t *testing.T) {
 		{"wrong constant type", "TOPK = \"three\"\n", "searchqa", []string{"h.star:1", "TOPK", "int"}},
 		{"constant out of range", "\n\nTOPK = 51\n", "searchqa", []string{"h.star:3", "TOPK", "maximum"}},
 		{"several problems on one line", "TOPK = \"a\"\nMAX_DOC_CHARS = True\n", "searchqa", []string{"h.star:1", "h.star:2", "; "}},
-		{"unknown domain", "", "go", []string{`"go"`, "chess, math, searchqa"}},
-		{"demo domain", "", "demo", []string{`"demo"`, "no harness contract yet", "chess, math, searchqa"}},
+		{"unknown domain", "", "go", []string{`"go"`, "chess, demo, math, searchqa"}},
 		{"no domain", "", "", []string{"--domain"}},
 	}
 	for _, tt := range tests {
@@ -94,7 +98,7 @@ func TestHarnessArgs(t *testing.T) {
 		args  []string
 		wants []string
 	}{
-		{"doc unknown domain", []string{"harness", "doc", "demo"}, []string{`"demo"`, "chess, math, searchqa"}},
+		{"doc unknown domain", []string{"harness", "doc", "poker"}, []string{`"poker"`, "chess, demo, math, searchqa"}},
 		{"doc without domain", []string{"harness", "doc"}, []string{"one domain"}},
 		{"check without file", []string{"harness", "check", "--domain", "chess"}, []string{"one harness file"}},
 		{"check missing file", []string{"harness", "check", "/nonexistent/h.star", "--domain", "chess"}, []string{"/nonexistent/h.star"}},

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/whalerun/whale/domains/chess"
+	"github.com/whalerun/whale/domains/demo"
 	mathdomain "github.com/whalerun/whale/domains/math"
 	"github.com/whalerun/whale/domains/searchqa"
 	"github.com/whalerun/whale/episode"
@@ -22,6 +23,7 @@ type Resources struct {
 
 var domains = map[string]func(Resources) episode.Domain{
 	"chess":    func(Resources) episode.Domain { return chess.NewDomain() },
+	"demo":     func(Resources) episode.Domain { return demo.NewDomain() },
 	"math":     func(r Resources) episode.Domain { return mathdomain.NewDomain(r.CodeRunner) },
 	"searchqa": func(r Resources) episode.Domain { return searchqa.NewDomain(r.Retriever) },
 }

@@ -1,0 +1,320 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/whalerun/whale/models/local"
+	"github.com/whalerun/whale/schemas"
+)
+
+// AnswerCue is the sentence that asks for a tagged answer. Pretraining
+// teaches the model to write <answer>N</answer> when this cue (or any
+// text holding "<answer>N</answer>") is in a system or user message, and
+// mostly prose ("The result is N.") when it is not: the format depends on
+// the harness, which is what makes the harness lever real.
+const AnswerCue = "Give the answer as <answer>N</answer>."
+
+// cueMark is what the model keys on: a feedback message that names the
+// tag format counts as a cue too.
+const cueMark = "<answer>N</answer>"
+
+// untaggedTagRate is how often the model writes tags with no cue: rare
+// enough that h0's strict parser loses most answers, common enough that
+// RSFT under h0 finds tagged correct answers to learn from.
+const untaggedTagRate = 0.2
+
+var systemBases = []string{
+	"Solve the arithmetic problem.",
+	"You are a calculator.",
+	"Compute the result.",
+	"You are a helpful assistant.",
+	"",
+}
+
+// noiseSentences are prompt lines with no bearing on the format: among
+// them the ones the mutate proposer adds, so that a prompt edit changes
+// what it says it changes and not the format by accident.
+var noiseSentences = []string{
+	"Think step by step before you commit to a final answer.",
+	"Before you answer, check your result against the question once more.",
+	"Follow the required output format exactly: a reply in any other format is wasted.",
+	"Be concise: keep your reasoning short and to the point.",
+	"When you are unsure, use the tools you are given to gather facts before answering.",
+	"Read the task carefully and identify exactly what is asked before you start.",
+	"Be accurate.",
+	"Double-check the digits.",
+}
+
+var userSuffixes = []string{
+	"Think it through step by step.",
+	"Give your final answer in the required format.",
+}
+
+var proseTemplates = []string{"The result is %d.", "The answer is %d.", "%s = %d."}
+
+// feedbacks are what a harness says after an unreadable reply; %s is the
+// parse error. The first is the base contract's default on_error applied
+// to h0's parse error.
+var feedbacks = []string{
+	"Your reply could not be understood: %s. Please reply again, following the required format.",
+	"Wrong format (%s). " + AnswerCue,
+	"Reply with " + cueMark + " only.",
+}
+
+// ParseError is h0's parse_action error: it names the tag format, so the
+// feedback built from it is a cue.
+const ParseError = "no " + cueMark + " in the reply"
+
+// answerNoise is the share of pretraining replies whose number is off by
+// one or two: the model learns arithmetic as a distribution whose mode is
+// right, so sampled at temperature 1 it is often wrong, and RSFT on its
+// verified answers has something to sharpen (the weight lever).
+const answerNoise = 0.25
+
+// Conversation is one pretraining example for problem p: a system prompt,
+// the question, and the reply the cue calls for; sometimes an untagged
+// reply, feedback naming the format, and a tagged reply. The number in
+// the replies is p's answer, or with probability answerNoise a near miss.
+func Conversation(rng *rand.Rand, p Problem) []schemas.Message {
+	ans := p.Answer()
+	if rng.Float64() < answerNoise {
+		if d := []int{-2, -1, 1, 2}[rng.IntN(4)]; ans+d >= 0 {
+			ans += d
+		} else {
+			ans -= d
+		}
+	}
+	// Most conversations use h0's system prompt: with learned absolute
+	// positions a fixed layout is what lets a model this small learn the
+	// facts within the pretraining budget. The rest vary the prompts so the
+	// format keys on the cue, not on the layout.
+	var sys []string
+	if rng.Float64() < 0.6 {
+		sys = append(sys, systemBases[0])
+	} else {
+		if b := systemBases[rng.IntN(len(systemBases))]; b != "" {
+			sys = append(sys, b)
+		}
+		if rng.IntN(2) == 0 {
+			sys = append(sys, noiseSentences[rng.IntN(len(noiseSentences))])
+		}
+	}
+	user := p.Question()
+	if rng.IntN(8) == 0 {
+		user += "\n" + userSuffixes[rng.IntN(len(userSuffixes))]
+	}
+	cue := rng.IntN(2) == 0
+	if cue {
+		// h0's ANSWER_CUE puts the cue after the question; a prompt edit
+		// could put it in the system prompt.
+		if rng.Float64() < 0.7 {
+			user += "\n" + AnswerCue
+		} else {
+			at := rng.IntN(len(sys) + 1)
+			sys = append(sys[:at], append([]string{AnswerCue}, sys[at:]...)...)
+		}
+	}
+	var msgs []schemas.Message
+	if len(sys) > 0 {
+		msgs = append(msgs, schemas.Message{Role: "system", Content: strings.Join(sys, " ")})
+	}
+	msgs = append(msgs, schemas.Message{Role: "user", Content: user})
+	tagged := fmt.Sprintf("<answer>%d</answer>", ans)
+	if cue || rng.Float64() < untaggedTagRate {
+		return append(msgs, schemas.Message{Role: "assistant", Content: tagged})
+	}
+	msgs = append(msgs, schemas.Message{Role: "assistant", Content: prose(rng, p, ans)})
+	if rng.IntN(4) == 0 {
+		fb := feedbacks[rng.IntN(len(feedbacks))]
+		if strings.Contains(fb, "%s") {
+			fb = fmt.Sprintf(fb, ParseError)
+		}
+		retry := append(msgs,
+			schemas.Message{Role: "user", Content: fb},
+			schemas.Message{Role: "assistant", Content: tagged})
+		// A retry that would not fit the context is left out, so every
+		// conversation trains whole.
+		if toks, _, err := local.Encode(retry, false); err == nil && len(toks) <= local.DemoConfig().Context {
+			return retry
+		}
+	}
+	return msgs
+}
+
+func prose(rng *rand.Rand, p Problem, ans int) string {
+	t := proseTemplates[rng.IntN(len(proseTemplates))]
+	if strings.HasPrefix(t, "%s") {
+		return fmt.Sprintf(t, fmt.Sprintf("%d %c %d", p.A, p.Op, p.B), ans)
+	}
+	return fmt.Sprintf(t, ans)
+}
+
+// PretrainOptions configure Pretrain; zero fields take the defaults of
+// the committed checkpoint (DefaultPretrain).
+type PretrainOptions struct {
+	Seed  uint64
+	Steps int
+	Batch int // conversations per step
+	// LR is the learning rate after a linear warm-up; it stays constant so
+	// that the model after k steps of a longer run is Pretrain with k steps.
+	LR     float64
+	Warmup int
+	// Log, when set, gets progress every LogEvery steps and at the end.
+	Log      *slog.Logger
+	LogEvery int
+	// Every, when set, is called after every LogEvery steps (for probes).
+	Every func(ctx context.Context, step int, m *local.Model) error
+}
+
+// DefaultPretrain are the options of testdata/pretrained.wlm.
+var DefaultPretrain = PretrainOptions{Seed: 1, Steps: 1200, Batch: 32, LR: 3e-3, Warmup: 60, LogEvery: 100}
+
+func (o PretrainOptions) withDefaults() PretrainOptions {
+	d := DefaultPretrain
+	if o.Seed == 0 {
+		o.Seed = d.Seed
+	}
+	if o.Steps == 0 {
+		o.Steps = d.Steps
+	}
+	if o.Batch == 0 {
+		o.Batch = d.Batch
+	}
+	if o.LR == 0 {
+		o.LR = d.LR
+	}
+	if o.Warmup == 0 {
+		o.Warmup = d.Warmup
+	}
+	if o.LogEvery == 0 {
+		o.LogEvery = d.LogEvery
+	}
+	return o
+}
+
+// Pretrain makes the demo's starting model from scratch: local.New with
+// the seed, then Steps AdamW steps over conversations it generates from
+// every problem: the 255 facts are a lookup table a model cannot learn
+// from some of them, so held-out tasks test the policy (format, sharpened
+// answers), not unseen arithmetic. The same options and
+// GOMAXPROCS give the same weights bit for bit: the data, the
+// initialisation and the gradient groups are all fixed by them.
+func Pretrain(ctx context.Context, o PretrainOptions) (*local.Model, error) {
+	o = o.withDefaults()
+	m, err := local.New(local.DemoConfig(), o.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("pretrain: %w", err)
+	}
+	train := allProblems()
+	rng := rand.New(rand.NewPCG(o.Seed, 0xda7a))
+	start := time.Now()
+	var lossSum float64
+	var lossN int
+	for step := range o.Steps {
+		batch := make([]local.Example, 0, o.Batch)
+		for len(batch) < o.Batch {
+			conv := Conversation(rng, train[rng.IntN(len(train))])
+			toks, mask, err := local.Encode(conv, false)
+			if err != nil {
+				return nil, fmt.Errorf("pretrain step %d: %w", step+1, err)
+			}
+			if len(toks) > m.Config().Context {
+				continue // never happens with these templates; dropping keeps the stream fixed
+			}
+			batch = append(batch, local.Example{Tokens: toks, Mask: mask})
+		}
+		st, err := m.TrainStep(ctx, batch, local.TrainOptions{LR: lrAt(o, step), WeightDecay: 0.01, ClipNorm: 1})
+		if err != nil {
+			return nil, fmt.Errorf("pretrain: %w", err)
+		}
+		lossSum += st.Loss
+		lossN++
+		if o.Log != nil && ((step+1)%o.LogEvery == 0 || step+1 == o.Steps) {
+			o.Log.Info("pretrain", "step", step+1, "of", o.Steps, "loss", lossSum/float64(lossN), "elapsed", time.Since(start).Round(time.Second))
+			lossSum, lossN = 0, 0
+		}
+		if o.Every != nil && (step+1)%o.LogEvery == 0 {
+			if err := o.Every(ctx, step+1, m); err != nil {
+				return nil, fmt.Errorf("pretrain step %d: %w", step+1, err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func lrAt(o PretrainOptions, step int) float64 {
+	if step < o.Warmup {
+		return o.LR * float64(step+1) / float64(o.Warmup)
+	}
+	return o.LR
+}
+
+var lastNumberRE = regexp.MustCompile(`-?\d+`)
+
+// Probe is a quick look at a model without a harness: over tasks, with or
+// without the cue in the system prompt, the share of replies with tags and
+// of replies whose tagged (Strict) or last (Lenient) number is right.
+type Probe struct {
+	N                       int
+	Tagged, Strict, Lenient float64
+}
+
+// ProbeModel samples one reply per task with the given decoding.
+func ProbeModel(ctx context.Context, m *local.Model, tasks []schemas.Task, cue bool, opts local.SampleOptions) (Probe, error) {
+	sys := "Solve the arithmetic problem."
+	if cue {
+		sys += " " + AnswerCue
+	}
+	convs := make([][]schemas.Message, len(tasks))
+	for i, t := range tasks {
+		convs[i] = []schemas.Message{{Role: "system", Content: sys}, {Role: "user", Content: t.Question}}
+	}
+	gens, err := m.GenerateChat(ctx, convs, opts)
+	if err != nil {
+		return Probe{}, fmt.Errorf("probe: %w", err)
+	}
+	pr := Probe{N: len(tasks)}
+	for i, g := range gens {
+		want := tasks[i].Answers[0]
+		if a, ok := TaggedAnswer(g.Text); ok {
+			pr.Tagged++
+			if a == want {
+				pr.Strict++
+			}
+		}
+		if nums := lastNumberRE.FindAllString(g.Text, -1); len(nums) > 0 && normInt(nums[len(nums)-1]) == want {
+			pr.Lenient++
+		}
+	}
+	n := float64(max(1, len(tasks)))
+	pr.Tagged, pr.Strict, pr.Lenient = pr.Tagged/n, pr.Strict/n, pr.Lenient/n
+	return pr, nil
+}
+
+var tagRE = regexp.MustCompile(`(?s)<answer>(.*?)</answer>`)
+
+// TaggedAnswer is the trimmed text of the last <answer>…</answer>.
+func TaggedAnswer(s string) (string, bool) {
+	all := tagRE.FindAllStringSubmatch(s, -1)
+	if len(all) == 0 {
+		return "", false
+	}
+	return strings.TrimSpace(all[len(all)-1][1]), true
+}
+
+// normInt writes an integer's text canonically ("007" → "7"); other text
+// is returned trimmed.
+func normInt(s string) string {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.Atoi(s); err == nil {
+		return strconv.Itoa(n)
+	}
+	return s
+}
