@@ -6,14 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/pipeline/slurmsubmit"
+	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/scheduler/slurm"
 	"github.com/whalerun/whale/storage"
 )
@@ -126,38 +125,13 @@ GPUs, CPUs and memory).`,
 	}
 }
 
-var slurmTimeRE = regexp.MustCompile(`^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$`)
-
-// parseTimeLimit reads a Go duration (90m) or Slurm's time formats:
-// minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+// parseTimeLimit reads --time as the experiment file's slurm times: a Go
+// duration (90m) or Slurm's minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
+// D-HH:MM:SS.
 func parseTimeLimit(s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d <= 0 {
-			return 0, fmt.Errorf("--time %q: want a positive limit", s)
-		}
-		return d, nil
-	}
-	m := slurmTimeRE.FindStringSubmatch(s)
-	if m == nil {
-		return 0, fmt.Errorf("--time %q: want a duration such as 90m or 2h, or Slurm's [D-]HH:MM:SS", s)
-	}
-	n := func(i int) time.Duration {
-		v, _ := strconv.Atoi(m[i])
-		return time.Duration(v)
-	}
-	var d time.Duration
-	switch {
-	case m[1] != "": // D-HH[:MM[:SS]]
-		d = n(1)*24*time.Hour + n(2)*time.Hour + n(3)*time.Minute + n(4)*time.Second
-	case m[4] != "": // HH:MM:SS
-		d = n(2)*time.Hour + n(3)*time.Minute + n(4)*time.Second
-	case m[3] != "": // MM:SS
-		d = n(2)*time.Minute + n(3)*time.Second
-	default: // minutes
-		d = n(2) * time.Minute
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("--time %q: want a positive limit", s)
+	d, err := spec.ParseTimeLimit(s)
+	if err != nil {
+		return 0, fmt.Errorf("--%w", err)
 	}
 	return d, nil
 }

@@ -11,26 +11,16 @@ import (
 	"time"
 
 	"github.com/whalerun/whale/pipeline"
+	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/pipeline/ledger"
 	"github.com/whalerun/whale/scheduler/slurm"
 	"github.com/whalerun/whale/storage"
 )
 
-// Resources are the sbatch options of every job of a submission. Zero
-// fields are left to the site's defaults.
-//
-// They come from flags for now. The experiment file would carry them per
-// stage, e.g.
-//
-//	slurm:
-//	  default:  {partition: cpu, time: 2h, cpus: 4, mem: 16G}
-//	  rollout:  {partition: cpu, time: 1h, max_parallel: 8}
-//	  finetune: {partition: gpu, gpus: 8, gpu_type: a100, cpus: 32, mem: 512G, time: 6h}
-//	  extra: ["--constraint=ib"]
-//	  prologue: ["source /opt/whale/venv/bin/activate"]
-//
-// with the keys of this struct, and a per-stage section overriding
-// default field by field.
+// Resources are sbatch options given as flags of `whale submit slurm`.
+// Each job's options are the experiment file's slurm section for its stage
+// (slurm.default with slurm.stages.<stage> over it, see spec.Slurm) with
+// these laid over it; zero fields are left to the file, then to the site.
 type Resources struct {
 	Partition, Account, QOS string
 	Time                    time.Duration
@@ -171,13 +161,13 @@ func (s *Submitter) submit(ctx context.Context, sched slurm.Scheduler, r *slurm.
 	if shards := max(p.Spec.Shards, 1); shards > 1 {
 		pos := p.Decision.Position
 		name := prefix + pos + "-" + p.Stage
-		shardSpec := s.spec(name, s.stageArgs("--at", pos, "--shard", slurm.ShardPlaceholder+"/"+strconv.Itoa(shards), p.Stage, run), nil)
-		shardSpec.Shards, shardSpec.MaxParallel = shards, s.Resources.MaxParallel
+		shardSpec := s.spec(p.Stage, name, s.stageArgs("--at", pos, "--shard", slurm.ShardPlaceholder+"/"+strconv.Itoa(shards), p.Stage, run), nil)
+		shardSpec.Shards, shardSpec.MaxParallel = shards, s.resources(p.Stage).MaxParallel
 		if s.LogDir != "" {
 			shardSpec.Output = filepath.Join(s.LogDir, "%x-%A_%a.out")
 		}
 		pre, cmd := then(chain == 1, s.stageArgs("--at", pos, "--finalize", p.Stage, run))
-		commitSpec := s.spec(name+"-commit", cmd, pre)
+		commitSpec := s.spec(p.Stage, name+"-commit", cmd, pre)
 		// The commit job only writes a manifest (and maybe submits).
 		commitSpec.GPUs, commitSpec.GPUType, commitSpec.CPUsPerTask, commitSpec.Mem = 0, "", 0, ""
 		arrayID, commitID, err := slurm.SubmitSharded(ctx, sched, r, shardSpec, commitSpec)
@@ -190,7 +180,7 @@ func (s *Submitter) submit(ctx context.Context, sched slurm.Scheduler, r *slurm.
 		after = commitID
 	} else {
 		pre, cmd := then(chain == 1, s.stepArgs(run))
-		spec := s.spec(prefix+p.Decision.Position+"-"+p.Stage, cmd, pre)
+		spec := s.spec(p.Stage, prefix+p.Decision.Position+"-"+p.Stage, cmd, pre)
 		id, script, err := submitOne(ctx, sched, r, spec)
 		if err != nil {
 			return err
@@ -200,7 +190,8 @@ func (s *Submitter) submit(ctx context.Context, sched slurm.Scheduler, r *slurm.
 	}
 	for i := 2; i <= chain; i++ {
 		pre, cmd := then(i == chain, s.stepArgs(run))
-		spec := s.spec(fmt.Sprintf("%snext%d-step", prefix, i-1), cmd, pre)
+		// Which stage a later step runs is not known yet: the defaults.
+		spec := s.spec("", fmt.Sprintf("%snext%d-step", prefix, i-1), cmd, pre)
 		spec.AfterOK = []string{after}
 		id, script, err := submitOne(ctx, sched, r, spec)
 		if err != nil {
@@ -237,8 +228,48 @@ func render(r *slurm.Renderer, tmpl string, spec slurm.Spec) string {
 // JobPrefix is how every Slurm job name of run starts.
 func JobPrefix(run string) string { return "whale-" + run + "-" }
 
-func (s *Submitter) spec(name string, cmd, pre []string) slurm.Spec {
-	res := s.Resources
+// resources are a job's sbatch options for stage: the experiment file's
+// slurm.default with slurm.stages.<stage> over it, then the flags
+// (Options.Resources) over both.
+func (s *Submitter) resources(stage string) Resources {
+	out := s.Resources
+	if s.Planner == nil || s.Planner.Spec == nil {
+		return out
+	}
+	r := s.Planner.Spec.Slurm.For(stage)
+	str := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	num := func(dst *int, v int) {
+		if *dst == 0 {
+			*dst = v
+		}
+	}
+	str(&out.Partition, r.Partition)
+	str(&out.Account, r.Account)
+	str(&out.QOS, r.QOS)
+	if out.Time == 0 && r.Time != "" {
+		// Validated when the spec was parsed.
+		out.Time, _ = spec.ParseTimeLimit(r.Time)
+	}
+	num(&out.GPUs, r.GPUs)
+	str(&out.GPUType, r.GPUType)
+	num(&out.CPUs, r.CPUs)
+	str(&out.Mem, r.Mem)
+	num(&out.MaxParallel, r.MaxParallel)
+	if out.Extra == nil {
+		out.Extra = r.Extra
+	}
+	if out.Prologue == nil {
+		out.Prologue = r.Prologue
+	}
+	return out
+}
+
+func (s *Submitter) spec(stage, name string, cmd, pre []string) slurm.Spec {
+	res := s.resources(stage)
 	sp := slurm.Spec{
 		Name: name, Command: cmd,
 		Partition: res.Partition, Account: res.Account, QOS: res.QOS,

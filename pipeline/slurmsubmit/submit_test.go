@@ -8,6 +8,7 @@ import (
 
 	"github.com/whalerun/whale/internal/slurmtest"
 	"github.com/whalerun/whale/pipeline/ledger"
+	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/scheduler/slurm"
 	"github.com/whalerun/whale/storage"
 )
@@ -208,5 +209,53 @@ func TestResourcesArgs(t *testing.T) {
 	}
 	if len((Resources{}).Args()) != 0 {
 		t.Error("zero resources give flags")
+	}
+}
+
+// Each job's resources come from the experiment file — slurm.default with
+// the stage's section over it — and flags override both; the commit job
+// of an array drops GPUs, CPUs and memory.
+func TestResourcesFromTheExperimentFile(t *testing.T) {
+	w := newWorld(t)
+	exp := w.experiment(t, "res", 2)
+	exp.Slurm = spec.Slurm{
+		Default: spec.SlurmResources{Partition: "cpu", Time: "2h", CPUs: 4, Mem: "16G", Prologue: []string{"source /venv/bin/activate"}},
+		Stages: map[string]spec.SlurmResources{
+			"rollout": {Partition: "gpu", GPUs: 1, MaxParallel: 3, Extra: []string{"--constraint=a100"}},
+		},
+	}
+	for _, c := range []struct {
+		name  string
+		flags Resources
+		want  []string
+	}{
+		{"from the file", Resources{}, []string{"--partition=gpu", "--gres=gpu:1", "--cpus-per-task=4", "--mem=16G", "--time=02:00:00", "--constraint=a100", "--array=0-1%3"}},
+		{"flags win", Resources{Partition: "big", Time: 30 * time.Minute}, []string{"--partition=big", "--gres=gpu:1", "--time=00:30:00"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fake := slurm.NewFake()
+			s := &Submitter{Planner: w.planner(exp), Scheduler: fake,
+				Options: Options{Root: w.url, Whale: "/opt/whale/bin/whale", Resources: c.flags}}
+			sub, err := s.Submit(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sub.Jobs) != 2 || sub.Jobs[0].Role != RoleShards {
+				t.Fatalf("jobs %+v", sub.Jobs)
+			}
+			shards := strings.Join(slurm.Directives(sub.Jobs[0].Script), " ")
+			for _, want := range c.want {
+				if !strings.Contains(shards, want) {
+					t.Errorf("array job lacks %s: %s", want, shards)
+				}
+			}
+			if !strings.Contains(sub.Jobs[0].Script, "source /venv/bin/activate") {
+				t.Errorf("array job lacks the prologue:\n%s", sub.Jobs[0].Script)
+			}
+			commit := strings.Join(slurm.Directives(sub.Jobs[1].Script), " ")
+			if strings.Contains(commit, "--gres") || strings.Contains(commit, "--mem") {
+				t.Errorf("commit job asks for GPUs or memory: %s", commit)
+			}
+		})
 	}
 }

@@ -71,6 +71,8 @@ type Experiment struct {
 	Eval     Eval     `yaml:"eval" json:"eval"`
 	Rollout  Rollout  `yaml:"rollout" json:"rollout"`
 	Tools    Tools    `yaml:"tools" json:"tools"`
+	// Slurm is the sbatch resources of `whale submit slurm` jobs.
+	Slurm Slurm `yaml:"slurm" json:"slurm"`
 	// Seed is the root of every random choice of the run (default 1).
 	Seed int64 `yaml:"seed" json:"seed"`
 }
@@ -353,6 +355,9 @@ func (e *Experiment) Normalize() {
 		case e.RSFT.LoRA:
 			e.Finetune.Reload = ReloadVLLMLoRA
 		}
+	}
+	if e.Slurm.Stages == nil {
+		e.Slurm.Stages = map[string]SlurmResources{}
 	}
 	if e.Domain == DomainMath && e.Tools.Sandbox == "" {
 		e.Tools.Sandbox = SandboxLocal

@@ -426,8 +426,8 @@ func TestFreezeRoundTrip(t *testing.T) {
 	if _, err := DecodeRun("run.json", []byte(tampered)); err == nil || !strings.Contains(err.Error(), "run.json: spec_digest is") {
 		t.Errorf("tampered run.json: err = %v", err)
 	}
-	future := strings.Replace(string(data), `"seed": 1`, `"seed": 1, "slurm": {}`, 1)
-	if _, err := DecodeRun("run.json", []byte(future)); err == nil || !strings.Contains(err.Error(), `unknown field "slurm"`) {
+	future := strings.Replace(string(data), `"seed": 1`, `"seed": 1, "kubernetes": {}`, 1)
+	if _, err := DecodeRun("run.json", []byte(future)); err == nil || !strings.Contains(err.Error(), `unknown field "kubernetes"`) {
 		t.Errorf("unknown field: err = %v", err)
 	}
 }
@@ -542,5 +542,44 @@ func TestToolsDefaultsAndAccepted(t *testing.T) {
 				t.Errorf("tools = %+v, want retriever %q sandbox %q", e.Tools, tt.retriever, tt.sandbox)
 			}
 		})
+	}
+}
+
+func TestSlurmResources(t *testing.T) {
+	e := mustParse(t, minimal+`slurm:
+  default: {partition: cpu, time: 2h, cpus: 4, mem: 16G, prologue: ["source venv/bin/activate"]}
+  stages:
+    finetune: {partition: gpu, gpus: 8, gpu_type: a100, time: "1-00:00:00", extra: ["--exclusive"]}
+    rollout: {max_parallel: 4}
+`)
+	ft := e.Slurm.For("finetune")
+	if ft.Partition != "gpu" || ft.GPUs != 8 || ft.CPUs != 4 || ft.Mem != "16G" || ft.Time != "1-00:00:00" ||
+		len(ft.Extra) != 1 || len(ft.Prologue) != 1 {
+		t.Errorf("finetune resources %+v", ft)
+	}
+	if ro := e.Slurm.For("rollout"); ro.Partition != "cpu" || ro.MaxParallel != 4 || ro.Time != "2h" {
+		t.Errorf("rollout resources %+v", ro)
+	}
+	if f := e.Slurm.For("filter"); f.Partition != "cpu" || f.GPUs != 0 {
+		t.Errorf("filter resources %+v", f)
+	}
+	for _, c := range []struct{ src, want string }{
+		{"slurm: {stages: {train: {gpus: 1}}}\n", "field slurm.stages.train: is not a stage"},
+		{"slurm: {default: {time: soon}}\n", "field slurm.default.time: time \"soon\""},
+		{"slurm: {stages: {finetune: {gpus: -1}}}\n", "field slurm.stages.finetune.gpus: must be at least 0"},
+		{"slurm: {default: {extra: [exclusive]}}\n", "field slurm.default.extra[0]: must be an sbatch option"},
+	} {
+		_, err := Parse("experiment.yaml", []byte(minimal+c.src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err %v, want %q", c.src, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+	}{{"90m", 90 * time.Minute}, {"30", 30 * time.Minute}, {"1:30", 90 * time.Second}, {"2:00:00", 2 * time.Hour}, {"1-12", 36 * time.Hour}} {
+		if d, err := ParseTimeLimit(c.in); err != nil || d != c.want {
+			t.Errorf("ParseTimeLimit(%q) = %v, %v; want %v", c.in, d, err, c.want)
+		}
 	}
 }

@@ -157,6 +157,7 @@ func (e *Experiment) validate() ErrorList {
 	e.validateBudget(c, weights)
 	c.atLeast("eval.k", int64(e.Eval.K), 1)
 	e.validateTools(c)
+	e.validateSlurm(c)
 	c.atLeast("rollout.shards", int64(e.Rollout.Shards), 1)
 	c.atLeast("rollout.concurrency", int64(e.Rollout.Concurrency), 1)
 	return c.errs
