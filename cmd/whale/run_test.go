@@ -97,4 +97,3 @@ eval: {k: 2}
 		whale(t, "step", "--root", r.url).mustCode(t, exitUsage, "exactly one run")
 	})
 }
-

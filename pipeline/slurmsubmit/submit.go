@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/whalerun/whale/pipeline"
-	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/pipeline/ledger"
+	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/scheduler/slurm"
 	"github.com/whalerun/whale/storage"
 )
