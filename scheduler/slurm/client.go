@@ -246,6 +246,11 @@ func (c *Client) State(ctx context.Context, id string) (Job, error) {
 	out, err := c.run(ctx, "", true, "scontrol", "show", "job", "--oneliner", id)
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Stderr, "Invalid job id") {
+		// The controller forgets a job MinJobAge after it ends; the
+		// accounting database, where there is one, still knows it.
+		if j, ok := c.accounted(ctx, id); ok {
+			return j, nil
+		}
 		return Job{}, fmt.Errorf("scontrol show job %s: %w", id, ErrUnknownJob)
 	}
 	if err != nil {
@@ -286,4 +291,31 @@ func pick(id string, jobs []Job) (Job, error) {
 		return Job{}, fmt.Errorf("%w: no record among %d", ErrUnknownJob, len(jobs))
 	}
 	return aggregate(id, tasks), nil
+}
+
+// accounted asks sacct about a job the controller has forgotten. It
+// reports false where there is no sacct or no accounting storage (sacct
+// then fails), as on the single-node test clusters.
+func (c *Client) accounted(ctx context.Context, id string) (Job, bool) {
+	bin := "sacct"
+	if c.Bin != "" {
+		bin = filepath.Join(c.Bin, bin)
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return Job{}, false
+	}
+	out, err := c.run(ctx, "", false, "sacct", "-j", id, "-n", "-P", "-X", "-o", "JobID,JobName,Partition,State,ExitCode")
+	if err != nil {
+		return Job{}, false
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) != 5 || f[0] != id {
+			continue
+		}
+		// sacct writes "CANCELLED by 0"; the state is the first word.
+		state, _, _ := strings.Cut(f[3], " ")
+		return Job{ID: f[0], Name: f[1], Partition: f[2], State: state, ExitCode: f[4]}, true
+	}
+	return Job{}, false
 }
