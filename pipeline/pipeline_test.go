@@ -565,3 +565,31 @@ func TestVLLMLoRAHandOffFakeVLLM(t *testing.T) {
 		t.Errorf("the first rollout recorded %v, want the base model", ids)
 	}
 }
+
+// With finetune.on_failure: skip, a failing trainer does not stop the
+// run: each step commits untrained, with the base carried forward and the
+// trainer's error in its summary.
+func TestTrainerFailureSkipped(t *testing.T) {
+	w := newWorld(t, "file://"+t.TempDir())
+	src := string(experimentSource(t, w, "skip", "schedule: weights-only\nbudget: {weight_steps: 2}\nswitch: {fixed: {epochs: 1}}\n"))
+	src = strings.Replace(src, fmt.Sprintf("command: %q, reload: none", trainer), `command: "echo no GPU >&2; exit 7", reload: none, on_failure: skip`, 1)
+	exp, err := spec.Parse("skip.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := runToEnd(t, w.runner(t, exp))
+	if !slices.Contains(steps, "r001-w02-finetune") || !strings.HasSuffix(steps[len(steps)-1], "wt-evaluate") {
+		t.Fatalf("steps %v", steps)
+	}
+	ctx := context.Background()
+	for _, pos := range []string{"r001-w01", "r001-w02"} {
+		m, err := storage.LatestCommitted(ctx, w.store, exp.Name, pos, StageFinetune)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := m.Summary["trainer_error"].(string)
+		if m.Summary["trained"] != false || !strings.Contains(msg, "exit") || m.Summary["model_id"] != exp.Model.Name {
+			t.Errorf("%s: summary %v; want untrained, the base model and the trainer's error", m.Dir, m.Summary)
+		}
+	}
+}

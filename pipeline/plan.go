@@ -289,6 +289,11 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 			Reload:         f.Reload,
 			ReloadCommand:  f.ReloadCommand,
 		}
+		if f.OnFailure == spec.OnFailureSkip {
+			cfg := spc.Config.(finetune.Config)
+			cfg.OnFailure = finetune.OnFailureSkip
+			spc.Config = cfg
+		}
 	case StagePropose:
 		in, err := dataset("data.search", e.Data.Search)
 		if err != nil {

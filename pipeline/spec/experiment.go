@@ -33,6 +33,9 @@ const (
 	// RetrieverIndexPrefix marks a tools.retriever that names a stored index.
 	RetrieverIndexPrefix = "index:"
 
+	OnFailureStop = "stop"
+	OnFailureSkip = "skip"
+
 	ReloadNone     = "none"
 	ReloadVLLMLoRA = "vllm-lora"
 	ReloadCommand  = "command"
@@ -210,6 +213,11 @@ type Finetune struct {
 	// rsft.lora (then vllm-lora).
 	Reload        string `yaml:"reload" json:"reload"`
 	ReloadCommand string `yaml:"reload_command" json:"reload_command"`
+	// OnFailure is what a failed training does: stop (default: the run
+	// stops, nothing of the step is committed, the next run retrains) or
+	// skip (the step commits untrained, the base model carried forward,
+	// the error in its summary, and the run goes on).
+	OnFailure string `yaml:"on_failure" json:"on_failure,omitempty"`
 }
 
 // Budget bounds the run; any limit reached ends it. Zero means no limit.
@@ -355,6 +363,9 @@ func (e *Experiment) Normalize() {
 		case e.RSFT.LoRA:
 			e.Finetune.Reload = ReloadVLLMLoRA
 		}
+	}
+	if e.Finetune.OnFailure == "" {
+		e.Finetune.OnFailure = OnFailureStop
 	}
 	if e.Slurm.Stages == nil {
 		e.Slurm.Stages = map[string]SlurmResources{}

@@ -300,6 +300,7 @@ func (e *Experiment) validateFinetune(c *checker) {
 	if f.Reload == ReloadVLLMLoRA && !e.RSFT.LoRA && f.Backend != FinetuneLocal {
 		c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true or choose command or none")
 	}
+	c.oneOf("finetune.on_failure", f.OnFailure, []string{OnFailureStop, OnFailureSkip})
 	for k := range f.Env {
 		if !envVarRE.MatchString(k) {
 			c.add(joinPath("finetune.env", k), "is not a valid environment variable name")

@@ -30,6 +30,12 @@ const (
 	ReloadCommand  = "command"
 )
 
+// What a failed training does (Config.OnFailure).
+const (
+	OnFailureStop = "stop"
+	OnFailureSkip = "skip"
+)
+
 // Config is the hashed configuration of a finetune stage. Everything in it
 // is recorded in the stage's _INPUTS.json and manifest: put no secrets in
 // Env (the trainer inherits whale's own environment, which is where
@@ -83,6 +89,11 @@ type Config struct {
 	// Reload is none (or empty), vllm-lora or command.
 	Reload        string `json:"reload"`
 	ReloadCommand string `json:"reload_command,omitempty"`
+	// OnFailure is what a failed training does: "stop" (or empty: the
+	// stage fails, nothing is committed, a rerun trains again) or "skip"
+	// (the step commits untrained, the base carried forward as for an
+	// empty SFT table, and the trainer's error in the summary).
+	OnFailure string `json:"on_failure,omitempty"`
 	// LoRAPath is the lora_path sent to vLLM, a template over {output_dir},
 	// {run}, {position}, {attempt} and {model_id}; default "{output_dir}",
 	// which only works when the server sees this machine's files (set
@@ -107,6 +118,11 @@ var reservedEnv = map[string]bool{
 // Validate checks the configuration before anything runs.
 func (c Config) Validate() error {
 	var errs []error
+	switch c.OnFailure {
+	case "", OnFailureStop, OnFailureSkip:
+	default:
+		errs = append(errs, fmt.Errorf("on_failure %q: want %q or %q", c.OnFailure, OnFailureStop, OnFailureSkip))
+	}
 	switch c.Backend {
 	case "", BackendCommand:
 	case BackendLocal:
@@ -188,6 +204,9 @@ const (
 	SumCheckpointBytes   = "checkpoint_bytes"
 	SumTrainerSeconds    = "trainer_seconds"
 	SumReloaded          = "reloaded"
+	// SumTrainerError is set when on_failure skip committed a step whose
+	// training failed.
+	SumTrainerError = "trainer_error"
 )
 
 // Run implements stages.Stage.
@@ -239,8 +258,7 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	x.SetSummary(SumExamples, counts.Examples)
 	x.SetSummary(SumAssistantMessages, counts.Assistant)
 
-	if counts.Examples == 0 {
-		log.Info("finetune: the SFT table is empty; the update is skipped and the base carried forward", "model_id", base.ModelID)
+	carry := func(secs float64) error {
 		idx := base.carried()
 		if err := writeIndex(ctx, x, idx); err != nil {
 			return err
@@ -249,9 +267,13 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		x.SetSummary(SumModelID, idx.ModelID)
 		x.SetSummary(SumCheckpointFiles, len(idx.Files))
 		x.SetSummary(SumCheckpointBytes, idx.bytes())
-		x.SetSummary(SumTrainerSeconds, 0.0)
+		x.SetSummary(SumTrainerSeconds, secs)
 		x.SetSummary(SumReloaded, 0)
 		return nil
+	}
+	if counts.Examples == 0 {
+		log.Info("finetune: the SFT table is empty; the update is skipped and the base carried forward", "model_id", base.ModelID)
+		return carry(0)
 	}
 
 	baseArg := base.Checkpoint
@@ -294,15 +316,21 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		err = st.runCommand(ctx, log, "trainer", argv, environ(cfg.Env, env))
 	}
 	secs := time.Since(start).Seconds()
-	if err != nil {
-		return err
+	var files []string
+	if err == nil {
+		files, err = listOutput(outDir)
 	}
-	files, err := listOutput(outDir)
-	if err != nil {
-		return err
+	if err == nil && len(files) == 0 {
+		err = fmt.Errorf("finetune: trainer wrote nothing to $WHALE_OUTPUT_DIR (%s); it must save the checkpoint there", outDir)
 	}
-	if len(files) == 0 {
-		return fmt.Errorf("finetune: trainer wrote nothing to $WHALE_OUTPUT_DIR (%s); it must save the checkpoint there", outDir)
+	if err != nil {
+		if cfg.OnFailure != OnFailureSkip || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("finetune: training failed; on_failure skip commits the step untrained with the base carried forward",
+			"err", err, "model_id", base.ModelID)
+		x.SetSummary(SumTrainerError, err.Error())
+		return carry(secs)
 	}
 	if id, ok, err := readModelID(outDir); err != nil {
 		return err
