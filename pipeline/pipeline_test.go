@@ -593,3 +593,35 @@ func TestTrainerFailureSkipped(t *testing.T) {
 		}
 	}
 }
+
+// finetune.srun wraps the trainer in srun with the spec's arguments, as a
+// finetune job inside a GPU allocation runs it. srun here is a FAKE that
+// records its arguments and runs the command.
+func TestFinetuneSrunFake(t *testing.T) {
+	bin := t.TempDir()
+	record := filepath.Join(t.TempDir(), "srun-args")
+	fake := "#!/bin/sh\necho \"$@\" >> " + record + "\nwhile [ \"${1#-}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "srun"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	w := newWorld(t, "file://"+t.TempDir())
+	src := string(experimentSource(t, w, "srun", "schedule: weights-only\nbudget: {weight_steps: 1}\nswitch: {fixed: {epochs: 0.5}}\n"))
+	src = strings.Replace(src, "reload: none}", "reload: none, srun: true, srun_args: [--gpus=8, --ntasks=1]}", 1)
+	exp, err := spec.Parse("srun.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runToEnd(t, w.runner(t, exp))
+	got, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatalf("srun was not called: %v", err)
+	}
+	if !strings.HasPrefix(string(got), "--gpus=8 --ntasks=1 /bin/sh -c ") {
+		t.Errorf("srun called with %q", got)
+	}
+	m, err := storage.LatestCommitted(context.Background(), w.store, exp.Name, "r001-w01", StageFinetune)
+	if err != nil || m.Summary["trained"] != true {
+		t.Fatalf("finetune: %v, %v", m, err)
+	}
+}

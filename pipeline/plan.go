@@ -288,6 +288,8 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 			LoRAAlpha:      e.RSFT.LoRAAlpha,
 			Reload:         f.Reload,
 			ReloadCommand:  f.ReloadCommand,
+			Srun:           f.Srun,
+			SrunArgs:       f.SrunArgs,
 		}
 		if f.OnFailure == spec.OnFailureSkip {
 			cfg := spc.Config.(finetune.Config)

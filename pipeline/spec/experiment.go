@@ -218,6 +218,10 @@ type Finetune struct {
 	// skip (the step commits untrained, the base model carried forward,
 	// the error in its summary, and the run goes on).
 	OnFailure string `yaml:"on_failure" json:"on_failure,omitempty"`
+	// Srun runs the command as `srun <srun_args> /bin/sh -c <command>`, for
+	// a finetune job whose allocation holds the GPUs (whale submit slurm).
+	Srun     bool     `yaml:"srun" json:"srun,omitempty"`
+	SrunArgs []string `yaml:"srun_args" json:"srun_args,omitempty"`
 }
 
 // Budget bounds the run; any limit reached ends it. Zero means no limit.

@@ -301,6 +301,9 @@ func (e *Experiment) validateFinetune(c *checker) {
 		c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true or choose command or none")
 	}
 	c.oneOf("finetune.on_failure", f.OnFailure, []string{OnFailureStop, OnFailureSkip})
+	if (f.Srun || len(f.SrunArgs) > 0) && f.Backend != FinetuneCommand {
+		c.add("finetune.srun", "wraps the trainer command of backend command; backend is %q", f.Backend)
+	}
 	for k := range f.Env {
 		if !envVarRE.MatchString(k) {
 			c.add(joinPath("finetune.env", k), "is not a valid environment variable name")
