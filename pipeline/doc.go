@@ -21,4 +21,10 @@
 //     Both are stage inputs or config, so they are part of the identity.
 //   - Step holds the lease for the whole stage and renews it; a second
 //     Step on the same run gets ErrBusy naming the holder.
+//   - A stage that fails stops the run: nothing of it is committed, the
+//     ledger records the failure, and the next Step retries it. A failed
+//     training can instead commit its step untrained (finetune.on_failure:
+//     skip). A proposer that yields no valid candidate is not a failure: its
+//     stage commits with the rejections, the iteration scores nothing, and
+//     the run goes on.
 package pipeline
