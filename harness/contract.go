@@ -182,6 +182,33 @@ func StringArg(args []any, i int, name string) (string, error) {
 	return s, nil
 }
 
+// StringFunc makes a helper of one string parameter (named param in
+// errors) that returns f of it.
+func StringFunc(param string, f func(string) string) HelperFunc {
+	return func(_ context.Context, args []any) (any, error) {
+		s, err := StringArg(args, 0, param)
+		if err != nil {
+			return nil, err
+		}
+		return f(s), nil
+	}
+}
+
+// OptionalStringFunc is StringFunc for an f that may find nothing: the
+// helper returns None then.
+func OptionalStringFunc(param string, f func(string) (string, bool)) HelperFunc {
+	return func(_ context.Context, args []any) (any, error) {
+		s, err := StringArg(args, 0, param)
+		if err != nil {
+			return nil, err
+		}
+		if v, ok := f(s); ok {
+			return v, nil
+		}
+		return nil, nil
+	}
+}
+
 // Hook returns the spec of a hook, if the contract declares it.
 func (c *Contract) Hook(name string) (HookSpec, bool) {
 	if i := c.hookIndex(name); i >= 0 {

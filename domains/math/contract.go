@@ -1,10 +1,6 @@
 package mathdomain
 
-import (
-	"context"
-
-	"github.com/whalerun/whale/harness"
-)
+import "github.com/whalerun/whale/harness"
 
 const contractIntro = `
 
@@ -47,7 +43,7 @@ func Contract() *harness.Contract {
 				Doc: "The content of the last `\\boxed{...}` (or `\\fbox{...}`) of `text`, trimmed, exactly as the " +
 					"verifier reads it; None when there is none or the last one is empty or unclosed (an earlier box " +
 					"is not used then).",
-				Fn: extractBoxed,
+				Fn: harness.OptionalStringFunc("text", Extract),
 			},
 			"normalize_answer": {
 				Params:  []string{"s"},
@@ -55,27 +51,8 @@ func Contract() *harness.Contract {
 				Doc: "The verifier's normalisation of an answer (units, `\\text{}`, spacing, `\\dfrac`→`\\frac`, " +
 					"canonical numbers, ...): two answers the verifier's exact comparison accepts as equal usually " +
 					"normalise to the same string. Nothing is evaluated.",
-				Fn: normalizeAnswer,
+				Fn: harness.StringFunc("s", Normalize),
 			},
 		},
 	})
-}
-
-func extractBoxed(_ context.Context, args []any) (any, error) {
-	s, err := harness.StringArg(args, 0, "text")
-	if err != nil {
-		return nil, err
-	}
-	if a, ok := Extract(s); ok {
-		return a, nil
-	}
-	return nil, nil
-}
-
-func normalizeAnswer(_ context.Context, args []any) (any, error) {
-	s, err := harness.StringArg(args, 0, "s")
-	if err != nil {
-		return nil, err
-	}
-	return Normalize(s), nil
 }

@@ -1,10 +1,6 @@
 package searchqa
 
-import (
-	"context"
-
-	"github.com/whalerun/whale/harness"
-)
+import "github.com/whalerun/whale/harness"
 
 const contractIntro = `
 
@@ -43,7 +39,7 @@ func Contract() *harness.Contract {
 				Returns: "str or None",
 				Doc: "The text of the last closed `<answer>...</answer>` in `text`, exactly as the verifier reads it " +
 					"(an unclosed trailing tag falls back to the previous complete answer); None when there is none.",
-				Fn: extractAnswer,
+				Fn: harness.OptionalStringFunc("text", ExtractAnswer),
 			},
 			"normalize_answer": {
 				Params:  []string{"s"},
@@ -51,27 +47,8 @@ func Contract() *harness.Contract {
 				Doc: "SQuAD normalisation as the verifier applies it: lower case, ASCII punctuation removed, the " +
 					"articles a/an/the removed, whitespace collapsed. Two answers match exactly when their " +
 					"normalisations are equal.",
-				Fn: normalizeAnswer,
+				Fn: harness.StringFunc("s", Normalize),
 			},
 		},
 	})
-}
-
-func extractAnswer(_ context.Context, args []any) (any, error) {
-	s, err := harness.StringArg(args, 0, "text")
-	if err != nil {
-		return nil, err
-	}
-	if a, ok := ExtractAnswer(s); ok {
-		return a, nil
-	}
-	return nil, nil
-}
-
-func normalizeAnswer(_ context.Context, args []any) (any, error) {
-	s, err := harness.StringArg(args, 0, "s")
-	if err != nil {
-		return nil, err
-	}
-	return Normalize(s), nil
 }
