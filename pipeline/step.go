@@ -169,16 +169,8 @@ func (r *Runner) RunToEnd(ctx context.Context, each func(*StepResult)) error {
 // execute runs every shard of a stage in this process (the last one
 // commits it).
 func (r *Runner) execute(ctx context.Context, name string, spc stages.Spec, harnessID, model string) (stages.Result, error) {
-	if harnessID != "" {
-		if err := r.ensureArchived(ctx, harnessID); err != nil {
-			return stages.Result{}, err
-		}
-	}
-	st, err := r.stageImpl(name)
+	st, err := r.prepare(ctx, name, harnessID, model)
 	if err != nil {
-		return stages.Result{}, err
-	}
-	if err := r.useModel(st, model); err != nil {
 		return stages.Result{}, err
 	}
 	st = wrapStage(st)
@@ -194,12 +186,28 @@ func (r *Runner) execute(ctx context.Context, name string, spc stages.Spec, harn
 			break
 		}
 	}
-	if name == StagePropose && res.Committed {
-		if err := r.archiveCandidates(ctx, res.Manifest); err != nil {
-			return res, err
+	return res, nil
+}
+
+// prepare is the stage implementation of name wired to run with the
+// harness and the model the plan chose: the harness is in the root's
+// archive, and the stage asks for the model by its served name.
+// Candidates reach the archive when evaluate scores them; ensureArchived
+// mends a crash in between.
+func (r *Runner) prepare(ctx context.Context, name, harnessID, model string) (stages.Stage, error) {
+	if harnessID != "" {
+		if err := r.ensureArchived(ctx, harnessID); err != nil {
+			return nil, err
 		}
 	}
-	return res, nil
+	st, err := r.stageImpl(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.useModel(st, model); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 func (r *Runner) stageImpl(name string) (stages.Stage, error) {
@@ -229,9 +237,9 @@ func (r *Runner) stageImpl(name string) (stages.Stage, error) {
 }
 
 // ensureArchived makes sure a harness id can be loaded from the root's
-// archive: a candidate that won is copied there from the propose stage
-// that made it (propose commits its candidates; the archive is filled
-// after, so a crash in between is mended here).
+// archive: evaluate stores every candidate it scores there, and one that
+// is missing (an archive written before a crash, or cleaned up) is copied
+// again from the committed propose stage that made it.
 func (r *Runner) ensureArchived(ctx context.Context, id string) error {
 	if _, err := archive.ParseID(id); err != nil {
 		return nil // a baseline name such as h0

@@ -47,16 +47,8 @@ func (r *Runner) RunShard(ctx context.Context, name, position string, shard, sha
 	if shard < 0 || shard >= shards {
 		return nil, fmt.Errorf("%s at %s: shard %d is not in 0..%d", name, position, shard, shards-1)
 	}
-	if p.Harness != "" {
-		if err := r.ensureArchived(ctx, p.Harness); err != nil {
-			return nil, err
-		}
-	}
-	st, err := r.stageImpl(name)
+	st, err := r.prepare(ctx, name, p.Harness, p.Model)
 	if err != nil {
-		return nil, err
-	}
-	if err := r.useModel(st, p.Model); err != nil {
 		return nil, err
 	}
 	spc := p.Spec
@@ -71,11 +63,6 @@ func (r *Runner) RunShard(ctx context.Context, name, position string, shard, sha
 	if res.CommittedHere {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindStage, Position: position, Stage: name,
 			Folder: res.Folder, Summary: res.Manifest.Summary})
-	}
-	if name == StagePropose && res.Committed {
-		if err := r.archiveCandidates(ctx, res.Manifest); err != nil {
-			return out, err
-		}
 	}
 	return out, nil
 }
@@ -104,11 +91,6 @@ func (r *Runner) FinalizeStage(ctx context.Context, name, position string) (*Ste
 	if res.CommittedHere {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindStage, Position: position, Stage: name,
 			Folder: res.Folder, Summary: res.Manifest.Summary})
-	}
-	if name == StagePropose {
-		if err := r.archiveCandidates(ctx, res.Manifest); err != nil {
-			return out, err
-		}
 	}
 	return out, nil
 }
