@@ -246,7 +246,7 @@ func TestHarnessPhaseWinnerCarriesOver(t *testing.T) {
 // lease error naming the holder; on file:// and S3.
 func TestConcurrentStepsOneRuns(t *testing.T) {
 	forEachRoot(t, func(t *testing.T, w *world) {
-		w.delay = 300 * time.Millisecond // the stage outlasts the race
+		w.SetDelay(300 * time.Millisecond) // the stage outlasts the race
 		exp := w.experiment(t, "race", "schedule: weights-only\nbudget: {weight_steps: 1}\neval: {test_every_phase: false, k: 2}\n")
 		var wg sync.WaitGroup
 		errs := make([]error, 2)

@@ -254,7 +254,7 @@ func TestSlurm(t *testing.T) {
 	// finishes it with the same episodes, none lost, none twice.
 	t.Run("scancel and resubmit", func(t *testing.T) {
 		d := drive(t, cl, bin, "slurm-run", 2)
-		d.w.setDelay(3 * time.Second)
+		d.w.SetDelay(3 * time.Second)
 		d.submit(t)
 		ctx := t.Context()
 		ids, _, err := LedgerJobs(ctx, d.w.store, d.exp.Name)
@@ -262,7 +262,7 @@ func TestSlurm(t *testing.T) {
 			t.Fatalf("jobs %v, %v", ids, err)
 		}
 		deadline := time.Now().Add(time.Minute)
-		for d.w.callCount() == 0 {
+		for d.w.Calls() == 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("no shard called the model within a minute\n%s", d.logs())
 			}
@@ -287,7 +287,7 @@ func TestSlurm(t *testing.T) {
 		if m, err := storage.LatestCommitted(ctx, d.w.store, d.exp.Name, "r001-w01", "rollout"); err == nil {
 			t.Fatalf("the rollout committed (%s) although its shards were cancelled mid-stage", m.Dir)
 		}
-		d.w.setDelay(0)
+		d.w.SetDelay(0)
 		out := d.submit(t)
 		if !strings.Contains(out, "rollout at r001-w01") {
 			t.Errorf("resubmission:\n%s", out)
@@ -347,7 +347,7 @@ func TestSlurm(t *testing.T) {
 	// with one line naming the holder.
 	t.Run("cron ticks", func(t *testing.T) {
 		d := drive(t, cl, bin, "cron-run", 2)
-		d.w.setDelay(300 * time.Millisecond)
+		d.w.SetDelay(300 * time.Millisecond)
 		var wg sync.WaitGroup
 		outs := make([]bytes.Buffer, 2)
 		logs := make([]bytes.Buffer, 2)
