@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -258,6 +257,3 @@ func openAIClient(m spec.Model, log *slog.Logger) (*models.Client, error) {
 	}
 	return models.New(cfg)
 }
-
-// discard is a logger for tests and quiet runs.
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))

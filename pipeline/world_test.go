@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,6 +45,9 @@ func newWorld(t *testing.T, url string) *world {
 	w.server = modeltest.NewServer(t, w.Reply)
 	return w
 }
+
+// discard is a logger for quiet tests.
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // trainer is a finetune command that writes a real checkpoint file: the
 // number of SFT examples it was given.
