@@ -232,7 +232,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-s.done:
 			t.Stop()
-			return
+			// Returning would let net/http send an empty 200 before Close
+			// drops the connection; aborting sends nothing.
+			panic(http.ErrAbortHandler)
 		}
 	}
 	s.reply(w, req, rep)
