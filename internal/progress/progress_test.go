@@ -87,3 +87,35 @@ func BenchmarkAdd(b *testing.B) {
 	}
 	bar.Close()
 }
+
+// A board draws one line per row with its counter and status, fills a row
+// that ends below its total, and draws nothing off a terminal.
+func TestBoard(t *testing.T) {
+	var buf bytes.Buffer
+	b := newBoard(&buf, true)
+	a := b.Add("demo-whale", 100)
+	c := b.Add("demo-weights-only", 100)
+	a.Set(40, "rollout r001-w02")
+	a.Done("done: test 0.31")
+	c.Set(70, "finetune r002-w01")
+	b.Close()
+	out := buf.String()
+	for _, want := range []string{"demo-whale", "demo-weights-only", "done: test 0.31", "finetune r002-w01", "70/100"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("board %q lacks %q", out, want)
+		}
+	}
+	if a.Status() != "done: test 0.31" {
+		t.Errorf("status %q", a.Status())
+	}
+
+	buf.Reset()
+	q := NewBoard(&buf)
+	r := q.Add("x", 10)
+	r.Set(5, "half")
+	r.Done("done")
+	q.Close()
+	if q.Drawing() || buf.Len() != 0 || r.Status() != "done" {
+		t.Errorf("off a terminal: drawing %v, wrote %q, status %q", q.Drawing(), buf.String(), r.Status())
+	}
+}

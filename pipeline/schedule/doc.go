@@ -56,6 +56,10 @@
 //     harness_patience, or when iterations reach harness_cap.
 //   - every harness phase, in every schedule, ends as soon as a candidate
 //     scores 1.0 (Unit.Perfect or a score ≥ 1): nothing can beat it.
+//   - every harness phase, in every schedule, ends after 3 iterations in a
+//     row that scored nothing (index > 1, no rollouts, no scores: the
+//     proposer gave no valid candidate). Such iterations cost no rollouts,
+//     so without this a dry proposer would never exhaust budget.rollouts.
 //
 // No harness phase after the last weight phase: a whale harness phase, and
 // each of its iterations, starts only if a weight step can still follow it

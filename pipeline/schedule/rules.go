@@ -13,6 +13,13 @@ import (
 // batch is 1/2048) is that small.
 const improveEps = 1e-9
 
+// dryIterations is how many harness iterations in a row may score nothing
+// (the proposer returned no valid candidate) before the phase ends: a
+// proposer that has run dry would otherwise spin through free, empty
+// iterations forever when only budget.rollouts bounds the phase. An LLM
+// proposer may come back empty once by chance; three times is a pattern.
+const dryIterations = 3
+
 // state is the planner's view after replaying a prefix of the history.
 type state struct {
 	pl *Planner
@@ -43,6 +50,7 @@ type state struct {
 	bestScore float64
 	bestIter  int
 	perfect   bool
+	dry       int // consecutive iterations that scored no candidate
 }
 
 func newState(pl *Planner) *state {
@@ -109,7 +117,7 @@ func (s *state) apply(u Unit) {
 		s.phase, s.n = u.Phase, 0
 		s.rewards = s.rewards[:0]
 		s.bestMean, s.bestStep = math.Inf(-1), 0
-		s.bestScore, s.bestIter, s.perfect = math.Inf(-1), 0, false
+		s.bestScore, s.bestIter, s.perfect, s.dry = math.Inf(-1), 0, false, 0
 	}
 	s.n++
 	switch u.Kind {
@@ -128,6 +136,11 @@ func (s *state) apply(u Unit) {
 			s.bestMean, s.bestStep = s.winMean, s.n
 		}
 	case KindHarness:
+		if u.Index > 1 && u.Rollouts == 0 && len(u.Scores) == 0 {
+			s.dry++
+		} else {
+			s.dry = 0
+		}
 		best := u.BestScore
 		for _, v := range u.Scores {
 			best = max(best, v)
@@ -321,6 +334,10 @@ func (s *state) harnessRule() (bool, string) {
 	if s.perfect {
 		s.put("perfect", 1)
 		return false, s.why("a candidate scored 1.0 after %d %s", s.n, plural(s.n, "iteration"))
+	}
+	if s.dry >= dryIterations {
+		s.put("dry_iterations", float64(s.dry))
+		return false, s.why("the proposer gave no valid candidate in the last %d iterations", s.dry)
 	}
 	switch {
 	case s.alternating() && s.p.Mode == spec.SwitchPatience:

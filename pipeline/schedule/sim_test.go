@@ -49,7 +49,13 @@ func inputs(e *spec.Experiment) Inputs {
 type signals struct {
 	reward func(ph, index int) float64
 	score  func(ph, index int) float64
+	// dry, when set, says harness iteration index of phase ph proposed no
+	// valid candidate: it ran no rollouts and scored nothing.
+	dry func(ph, index int) bool
 }
+
+// dryFrom makes every harness iteration from index on come back empty.
+func dryFrom(index int) func(int, int) bool { return func(_, i int) bool { return i >= index } }
 
 func constant(v float64) func(int, int) float64 { return func(int, int) float64 { return v } }
 
@@ -96,6 +102,9 @@ func simulate(t *testing.T, in Inputs, sg signals) (string, History) {
 		case KindHarness:
 			u.BestScore = sg.score(d.Phase, d.Index)
 			u.Perfect = u.BestScore >= 1
+			if sg.dry != nil && sg.dry(d.Phase, d.Index) {
+				u.Rollouts, u.BestScore, u.Perfect = 0, 0, false
+			}
 		}
 		h = append(h, u)
 	}
@@ -291,6 +300,15 @@ func TestSimulatedRuns(t *testing.T) {
 		{"harness-only, rollouts", spec.ScheduleHarnessOnly,
 			budget(spec.Budget{Rollouts: 40}), flat, testSize,
 			"r001-h01..04 r001-ht done"},
+		{"harness-only, a dry proposer ends the phase under a rollouts budget", spec.ScheduleHarnessOnly,
+			budget(spec.Budget{Rollouts: 1000}), signals{score: constant(0.5), dry: dryFrom(3)}, testSize,
+			"r001-h01..05 r001-ht done"},
+		{"harness-only, one empty iteration is not a dry proposer", spec.ScheduleHarnessOnly,
+			budget(spec.Budget{Rollouts: 40}), signals{score: constant(0.5), dry: func(_, i int) bool { return i == 2 }}, testSize,
+			"r001-h01..05 r001-ht done"},
+		{"whale fixed, a dry proposer ends the harness phase early", spec.ScheduleWhale,
+			with(fixed(0.2, 8), budget(spec.Budget{WeightSteps: 2})), signals{reward: constant(0.5), score: constant(0.5), dry: dryFrom(2)}, testSize,
+			"r001-w01 r001-wt r001-h01..04 r001-ht r002-w01 r002-wt done"},
 		{"harness-only, perfect score", spec.ScheduleHarnessOnly,
 			budget(spec.Budget{HarnessIterations: 10}), signals{score: seq(0.2, 0.4, 1)}, testSize,
 			"r001-h01..03 r001-ht done"},
