@@ -21,7 +21,7 @@ BENCH ?= .
 
 export WHALE_VERSITYGW := $(VERSITYGW)
 
-.PHONY: all build test test-short bench lint demo tools torch slurm deps clean
+.PHONY: all build test test-short bench lint demo tools torch slurm chromium deps clean
 
 all: build
 
@@ -33,7 +33,7 @@ build: deps
 
 # versitygw is the S3-compatible server the integration tests run against;
 # it is built from the Go module proxy (see ../shared/reference/TESTBED.md).
-tools: $(VERSITYGW) torch slurm
+tools: $(VERSITYGW) torch slurm chromium
 
 # A real single-node Slurm (Debian's slurm-wlm and munge) for the
 # scale-out tests; internal/slurmtest starts and stops it. Needs root.
@@ -44,6 +44,16 @@ slurm:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null || \
 		{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null; }; \
 	else echo "slurm-wlm is missing and this is not root: the Slurm tests will skip (and fail under CI=true)"; fi
+
+# Debian's chromium renders `whale report` pages to a screenshot in the
+# report tests (headless, no network). Needs root.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing chromium for the report rendering test"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
+	else echo "chromium is missing and this is not root: the report rendering test will skip (and fail under CI=true)"; fi
 
 # PyTorch (Debian 12: torch 1.13.1, CPU) for the reference trainer's tests
 # in jobs/trainers; installing it needs root and takes minutes the first

@@ -24,6 +24,7 @@ func commands() []*cli.Command {
 		lsCommand(),
 		showCommand(),
 		analyzeCommand(),
+		reportCommand(),
 		dataCommand(),
 		indexCommand(),
 		harnessCommand(),

@@ -1,0 +1,62 @@
+package pipeline
+
+import (
+	"context"
+	"maps"
+
+	"github.com/whalerun/whale/pipeline/schedule"
+	"github.com/whalerun/whale/storage"
+)
+
+// Unit is one position of a run as its committed stages show it: the
+// planner's own reading of the artifacts, for tools that report on a run
+// (whale report) and must count and group exactly as the planner does.
+type Unit struct {
+	Pos  schedule.Pos
+	Kind schedule.Kind // KindWeight, KindHarness or KindTest
+	// Phase numbers the run's weight and harness phases from 0 in the
+	// order they ran; a test carries the phase it follows (-1 for a test
+	// before any phase).
+	Phase int
+	// Done: the unit's last stage has committed.
+	Done bool
+	// Rollouts are the target-model episodes the unit's committed stages
+	// ran: a weight step's rollout stage, a harness iteration's or a
+	// test's evaluate stage. Only weight steps and harness iterations count
+	// against budget.rollouts (see Budgeted).
+	Rollouts int64
+	// Stages are the unit's committed stages by name (the newest committed
+	// attempt of each).
+	Stages map[string]*storage.Manifest
+}
+
+// Budgeted reports whether the unit's rollouts count against the budget:
+// tests are scored apart.
+func (u *Unit) Budgeted() bool { return u.Kind != schedule.KindTest }
+
+// Units returns the run's committed positions in schedule order, and the
+// stage folders it ignored because their position is not one of the
+// schedule's (free-form names, stages rerun by hand). A unit whose later
+// stages are not committed yet (a run in progress, or stopped by a failed
+// stage) is included with Done false.
+func Units(ctx context.Context, s *storage.Store, run string) ([]Unit, []string, error) {
+	st, err := scan(ctx, s, run)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]Unit, len(st.units))
+	for i, u := range st.units {
+		out[i] = Unit{Pos: u.pos, Kind: u.kind, Phase: u.phase, Done: u.done(), Stages: maps.Clone(u.stages)}
+		var counted *storage.Manifest
+		switch u.kind {
+		case schedule.KindWeight:
+			counted = u.stages[StageRollout]
+		default:
+			counted = u.stages[StageEvaluate]
+		}
+		if counted != nil {
+			out[i].Rollouts = int64(num(counted.Summary, "episodes"))
+		}
+	}
+	return out, st.ignored, nil
+}
