@@ -53,15 +53,21 @@ func runInit(ctx context.Context, o initOptions, out io.Writer) error {
 	if o.Name != "" {
 		exp.Name = o.Name
 	}
+	return initExperiment(ctx, o.Root, exp, o.Experiment, out)
+}
+
+// initExperiment freezes exp (read from source) into a run in root, or
+// checks that the run there has the same spec.
+func initExperiment(ctx context.Context, root string, exp *spec.Experiment, source string, out io.Writer) error {
 	run, err := spec.Freeze(exp, buildinfo.Version(), time.Now())
 	if err != nil {
-		return usageError{fmt.Errorf("%s: %w", o.Experiment, err)}
+		return usageError{fmt.Errorf("%s: %w", source, err)}
 	}
 	data, err := run.Encode()
 	if err != nil {
 		return err
 	}
-	store, err := openRoot(ctx, o.Root)
+	store, err := openRoot(ctx, root)
 	if err != nil {
 		return err
 	}
