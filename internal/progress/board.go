@@ -25,6 +25,22 @@ type Row struct {
 	mu       sync.Mutex
 	n, total int64
 	status   string
+	// started is the first Set and took its elapsed time at Done: rows
+	// wait their turn, so the board's own clock would mislead.
+	started time.Time
+	took    time.Duration
+}
+
+func (r *Row) elapsed() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.started.IsZero():
+		return "-"
+	case r.took > 0:
+		return r.took.Round(time.Second).String()
+	}
+	return time.Since(r.started).Round(time.Second).String()
 }
 
 // NewBoard draws on w when it is a terminal.
@@ -62,7 +78,7 @@ func (b *Board) Add(title string, total int64) *Row {
 			}, decor.WCSyncWidth),
 		),
 		mpb.AppendDecorators(
-			decor.Elapsed(decor.ET_STYLE_GO, decor.WCSyncSpace),
+			decor.Any(func(decor.Statistics) string { return r.elapsed() }, decor.WCSyncSpace),
 			decor.Any(func(decor.Statistics) string { return " " + r.Status() }),
 		),
 	)
@@ -77,6 +93,9 @@ func (b *Board) Add(title string, total int64) *Row {
 func (r *Row) Set(n int64, status string) {
 	r.mu.Lock()
 	r.status, r.n = status, n
+	if r.started.IsZero() {
+		r.started = time.Now()
+	}
 	r.mu.Unlock()
 	if r.bar != nil {
 		r.bar.SetCurrent(n)
@@ -95,6 +114,9 @@ func (r *Row) Status() string {
 func (r *Row) Done(status string) {
 	r.mu.Lock()
 	r.status = status
+	if !r.started.IsZero() {
+		r.took = max(time.Since(r.started), time.Millisecond)
+	}
 	r.mu.Unlock()
 	if r.bar != nil {
 		r.bar.SetTotal(-1, true)
