@@ -219,14 +219,5 @@ func (st *state) harness(pos schedule.Pos, initial string) (string, error) {
 	return initial, nil
 }
 
-func num(m map[string]any, key string) float64 {
-	switch v := m[key].(type) {
-	case float64:
-		return v
-	case int:
-		return float64(v)
-	case int64:
-		return float64(v)
-	}
-	return 0
-}
+// num reads a number from a stage summary.
+var num = storage.SummaryNumber

@@ -555,17 +555,8 @@ func phases(rus []Unit, units []pipeline.Unit, names map[string]string) ([]Phase
 
 func ptr[T any](v T) *T { return &v }
 
-func num(m map[string]any, key string) float64 {
-	switch v := m[key].(type) {
-	case float64:
-		return v
-	case int:
-		return float64(v)
-	case int64:
-		return float64(v)
-	}
-	return 0
-}
+// num reads a number from a stage summary.
+var num = storage.SummaryNumber
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")

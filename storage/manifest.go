@@ -901,3 +901,17 @@ func Garbage(ctx context.Context, s *Store, run string, olderThan time.Duration)
 	}
 	return out, nil
 }
+
+// SummaryNumber reads a number from a stage summary as storage decodes it
+// (float64) or as a stage built it (int, int64); anything else is 0.
+func SummaryNumber(summary map[string]any, key string) float64 {
+	switch v := summary[key].(type) {
+	case float64:
+		return v
+	case int:
+		return float64(v)
+	case int64:
+		return float64(v)
+	}
+	return 0
+}
