@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,11 @@ const benchConcurrency = 16
 // this package (hooks, state, trace) adds. The cpu_ figures are calls per
 // CPU-second of the whole process (server included), steadier than wall
 // time on a shared machine. b.N counts episodes.
+//
+// Each side's round lasts about 1/30 of -benchtime, while a garbage
+// collection of the growing heap (the fake server keeps every request it
+// served) runs for 50-200ms and slows whichever side is running then: one
+// run's ratio can be off by 0.1 or more, so compare several runs.
 func BenchmarkRunEpisode(b *testing.B) {
 	answer := modeltest.Reply{Content: "Six times seven is <answer>42</answer>.", PromptTokens: 60, CompletionTokens: 12}
 	// byTurn searches twice, then answers: a three-call episode.
@@ -54,11 +60,19 @@ func BenchmarkRunEpisode(b *testing.B) {
 	}{
 		{"default_harness/1_call", "", modeltest.Always(answer), 1},
 		{"starlark_harness/3_calls", taggedSrc + "MAX_TURNS = 4\n", byTurn, 3},
+		// taggedSrc's parse_action never reads its state, so the runtime
+		// does not convert it; this one does, and pays for a copy of the
+		// whole state on every call.
+		{"starlark_reads_state/3_calls", stateReadingSrc + "MAX_TURNS = 4\n", byTurn, 3},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) { benchRunEpisode(b, bc.src, bc.handler, bc.calls) })
 	}
 }
+
+// stateReadingSrc is taggedSrc with a parse_action that reads its state.
+var stateReadingSrc = strings.Replace(taggedSrc, "def parse_action(text, state):\n",
+	"def parse_action(text, state):\n    if len(state[\"messages\"]) > 4 * MAX_TURNS:\n        return {\"kind\": \"invalid\", \"error\": \"too long\"}\n", 1)
 
 func benchRunEpisode(b *testing.B, src string, handler modeltest.Handler, calls int) {
 	srv := modeltest.NewServer(b, handler)
@@ -257,34 +271,52 @@ func runParallel(b *testing.B, n, c int, f func(i int64) error) time.Duration {
 }
 
 // cannedChatter answers every call at once, without HTTP: what remains is
-// the loop's own cost (hooks, state, trace).
-type cannedChatter struct{ resp models.Response }
+// the loop's own cost (hooks, state, trace). Before the last reply it sends
+// searches replies, one per call, as the HTTP benchmark's byTurn does.
+type cannedChatter struct {
+	resp     models.Response
+	searches int
+}
 
 func (c *cannedChatter) Chat(ctx context.Context, req models.Request) (*models.Response, error) {
 	r := c.resp
+	n := 0
+	for _, m := range req.Messages {
+		if m.Role == "assistant" {
+			n++
+		}
+	}
+	if n < c.searches {
+		r.Content = fmt.Sprintf("Let me look it up. <search>whale song %d</search>", n)
+	}
 	return &r, nil
 }
 
 // BenchmarkRunNoHTTP is Run alone against an in-process Chatter, one
-// caller, for profiling the loop itself.
+// caller, for profiling the loop itself; the cases mirror
+// BenchmarkRunEpisode's.
 func BenchmarkRunNoHTTP(b *testing.B) {
 	cases := []struct {
-		name string
-		src  string
+		name     string
+		src      string
+		searches int
 	}{
-		{"default_harness", ""},
-		{"starlark_harness", taggedSrc},
+		{"default_harness/1_call", "", 0},
+		{"starlark_harness/1_call", taggedSrc, 0},
+		{"starlark_harness/3_calls", taggedSrc + "MAX_TURNS = 4\n", 2},
+		{"starlark_reads_state/3_calls", stateReadingSrc + "MAX_TURNS = 4\n", 2},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
 			h := loadHarness(b, bc.src)
 			dom := &fakeDomain{contract: fakeContract()}
 			tk := task("bench-1", "What is six times seven?", "42")
-			m := &cannedChatter{resp: models.Response{Content: "Six times seven is <answer>42</answer>.", FinishReason: "stop", Model: "m", PromptTokens: 60, CompletionTokens: 12, Attempts: 1, Endpoint: "http://127.0.0.1:1/v1"}}
+			m := &cannedChatter{searches: bc.searches, resp: models.Response{Content: "Six times seven is <answer>42</answer>.", FinishReason: "stop", Model: "m", PromptTokens: 60, CompletionTokens: 12, Attempts: 1, Endpoint: "http://127.0.0.1:1/v1"}}
 			b.ReportAllocs()
 			for i := range b.N {
-				if r := Run(context.Background(), dom, h, m, tk, Config{Seed: int64(i)}); r.FinishReason != FinishAnswer {
-					b.Fatalf("finish %s: %s", r.FinishReason, r.Error)
+				r := Run(context.Background(), dom, h, m, tk, Config{Seed: int64(i)})
+				if r.FinishReason != FinishAnswer || r.Turns != bc.searches+1 {
+					b.Fatalf("finish %s after %d turns: %s", r.FinishReason, r.Turns, r.Error)
 				}
 			}
 		})

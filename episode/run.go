@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -68,32 +69,25 @@ type loop struct {
 	maxTurns, formatBudget, illegalBudget int
 	sampling                              models.Sampling
 
-	taskDict map[string]any
-	// plainMsgs mirrors transcript in the plain form hooks receive
-	// (harness.FromStarlark's: message dicts), built once per message for
-	// the state of default hooks rather than once per call.
-	plainMsgs []any
+	// st is the state hooks see; state() brings it up to date.
+	st *harness.State
 	// defaultSystem is SYSTEM_PROMPT as a message, nil when empty: the
 	// head of the default context.
 	defaultSystem *schemas.Message
 	// system is what Result.Messages starts with: the system message of
 	// the first call once there was one.
-	system     *schemas.Message
-	called     bool
+	system *schemas.Message
+	called bool
+	// all is the default context, SYSTEM_PROMPT's message then the
+	// transcript (all[0] is unused when the prompt is empty), so that a
+	// call with the default context and Result.Messages need no copy of
+	// the transcript. transcript is all[1:]; push appends to both.
+	all        []schemas.Message
 	transcript []schemas.Message
 	// deferred holds the user messages (observations) that follow a reply
 	// with native tool calls: they must come after every tool message of
 	// that reply, which chat templates require to follow it directly.
 	deferred   []schemas.Message
-	lastAction any // map[string]any, or nil (None) before the first reply
-	// actions counts assignments to lastAction, to tell when plainState
-	// is stale.
-	actions int
-	// plainState is the last state dict given to a default hook, reused
-	// while nothing in it has changed: defaults do not modify their
-	// arguments.
-	plainState map[string]any
-	plainKey   stateKey
 	fmtRetries int
 	illRetries int
 
@@ -127,7 +121,7 @@ func (l *loop) setup() *ending {
 	if err != nil {
 		return l.fail("task", fmt.Errorf("task %s: meta: %w", l.task.ID, err))
 	}
-	l.taskDict = map[string]any{"id": l.task.ID, "question": l.task.Question, "meta": hookMeta(l.dom, meta)}
+	l.st = harness.NewState(map[string]any{"id": l.task.ID, "question": l.task.Question, "meta": hookMeta(l.dom, meta)})
 	l.maxTurns = l.h.Int("MAX_TURNS")
 	l.formatBudget = l.h.Int("FORMAT_RETRIES")
 	l.illegalBudget = l.h.Int("ILLEGAL_RETRIES")
@@ -139,9 +133,15 @@ func (l *loop) setup() *ending {
 		l.defaultSystem = &schemas.Message{Role: "system", Content: sys}
 	}
 	l.system = l.defaultSystem
-	// Room for a one-turn episode's events and messages; longer ones grow.
-	l.trace = make([]schemas.TraceEvent, 0, 12)
-	l.transcript = make([]schemas.Message, 0, 4)
+	// As many events and messages as the last episode had: the episodes
+	// of a run are alike, and growing the slices cost more than filling
+	// them.
+	l.trace = make([]schemas.TraceEvent, 0, sizeHints.events.Load())
+	l.all = make([]schemas.Message, 1, 1+sizeHints.messages.Load())
+	if l.defaultSystem != nil {
+		l.all[0] = *l.defaultSystem
+	}
+	l.transcript = l.all[1:]
 
 	env, err := l.dom.NewEnv(l.ctx, l.task, l.h)
 	if err != nil {
@@ -153,12 +153,12 @@ func (l *loop) setup() *ending {
 	if err != nil {
 		return l.fail("environment", fmt.Errorf("reset: %w", err))
 	}
-	l.event(KindEnv, "reset", "observation: "+harness.Summarize(obs, clipShort))
+	l.event(KindEnv, "reset", string(harness.AppendSummary(append(make([]byte, 0, 64), "observation: "...), obs, clipShort)))
 	text, e := l.callString("format_observation", obs)
 	if e != nil {
 		return e
 	}
-	l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+	l.push(schemas.Message{Role: "user", Content: text})
 	return nil
 }
 
@@ -171,27 +171,32 @@ func (l *loop) step() *ending {
 		return &ending{reason: FinishMaxTurns}
 	}
 	l.turn = l.res.Turns + 1
-	v, e := l.call("should_stop", l.state("should_stop"))
+	v, e := l.call("should_stop", l.state())
 	if e != nil {
 		return e
 	}
 	if stop, _ := v.(bool); stop {
 		return &ending{reason: FinishStopped}
 	}
-	v, e = l.call("build_messages", l.state("build_messages"))
-	if e != nil {
-		return e
-	}
-	msgs, err := messagesFrom(v)
+	v, def, err := l.h.BuildMessages(l.ctx, l.state())
 	if err != nil {
 		return l.fail("hook build_messages", err)
 	}
-	if i := l.differsFromDefault(msgs); i >= 0 {
-		data, err := json.Marshal(msgs)
-		if err != nil {
-			return l.fail("hook build_messages", fmt.Errorf("messages as JSON: %w", err))
+	var msgs []schemas.Message
+	if def || l.isDefaultContext(v) {
+		msgs = l.defaultContext()
+	} else {
+		var err error
+		if msgs, err = messagesFrom(v); err != nil {
+			return l.fail("hook build_messages", err)
 		}
-		l.event(KindContext, string(data), fmt.Sprintf("%d messages; the default context differs from message %d on", len(msgs), i))
+		if i := l.differsFromDefault(msgs); i >= 0 {
+			data, err := json.Marshal(msgs)
+			if err != nil {
+				return l.fail("hook build_messages", fmt.Errorf("messages as JSON: %w", err))
+			}
+			l.event(KindContext, string(data), fmt.Sprintf("%d messages; the default context differs from message %d on", len(msgs), i))
+		}
 	}
 	if !l.called {
 		l.called = true
@@ -211,12 +216,12 @@ func (l *loop) step() *ending {
 	l.res.CompletionTokens += resp.CompletionTokens
 	l.res.ModelID = resp.Model
 	l.event(KindModel, modelAction(resp), replySummary(resp))
-	l.transcript = append(l.transcript, resp.Message())
+	l.push(resp.Message())
 
 	if len(resp.ToolCalls) > 0 {
 		return l.nativeCalls(resp.ToolCalls)
 	}
-	v, e = l.call("parse_action", resp.Content, l.state("parse_action"))
+	v, e = l.call("parse_action", resp.Content, l.state())
 	if e != nil {
 		return e
 	}
@@ -224,7 +229,7 @@ func (l *loop) step() *ending {
 	if err != nil {
 		return l.fail("hook parse_action", err)
 	}
-	l.setLastAction(a.Raw)
+	l.st.SetLastAction(a.Raw)
 	if a.Kind == "invalid" {
 		kind := "format"
 		if resp.FinishReason == "length" {
@@ -242,13 +247,13 @@ func (l *loop) nativeCalls(calls []schemas.ToolCall) *ending {
 	for _, tc := range calls {
 		a, err := nativeAction(tc)
 		if err != nil {
-			l.setLastAction(map[string]any{"kind": "invalid", "error": err.Error()})
+			l.st.SetLastAction(map[string]any{"kind": "invalid", "error": err.Error()})
 			if e := l.invalid("format", err.Error(), tc.ID); e != nil {
 				return e
 			}
 			continue
 		}
-		l.setLastAction(a.Raw)
+		l.st.SetLastAction(a.Raw)
 		if e := l.act(a, true); e != nil {
 			l.flushDeferred()
 			return e
@@ -259,7 +264,7 @@ func (l *loop) nativeCalls(calls []schemas.ToolCall) *ending {
 }
 
 func (l *loop) flushDeferred() {
-	l.transcript = append(l.transcript, l.deferred...)
+	l.push(l.deferred...)
 	l.deferred = l.deferred[:0]
 }
 
@@ -295,14 +300,14 @@ func (l *loop) invalid(kind, detail, callID string) *ending {
 	if l.fmtRetries > l.formatBudget {
 		return &ending{reason: FinishFormat}
 	}
-	text, e := l.callString("on_error", kind, detail, l.state("on_error"))
+	text, e := l.callString("on_error", kind, detail, l.state())
 	if e != nil {
 		return e
 	}
 	if callID != "" {
-		l.transcript = append(l.transcript, schemas.Message{Role: "tool", Content: text, ToolCallID: callID})
+		l.push(schemas.Message{Role: "tool", Content: text, ToolCallID: callID})
 	} else {
-		l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+		l.push(schemas.Message{Role: "user", Content: text})
 	}
 	return nil
 }
@@ -333,19 +338,19 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 		if l.illRetries > l.illegalBudget {
 			return &ending{reason: FinishIllegal}
 		}
-		text, e := l.callString("on_error", "illegal", st.Illegal, l.state("on_error"))
+		text, e := l.callString("on_error", "illegal", st.Illegal, l.state())
 		if e != nil {
 			return e
 		}
 		reply = &text
 	case st.ToolError != "":
-		text, e := l.callString("on_error", "tool", st.ToolError, l.state("on_error"))
+		text, e := l.callString("on_error", "tool", st.ToolError, l.state())
 		if e != nil {
 			return e
 		}
 		reply = &text
 	case st.ToolResult != nil:
-		text, e := l.callString("format_tool_result", st.ToolResult, l.state("format_tool_result"))
+		text, e := l.callString("format_tool_result", st.ToolResult, l.state())
 		if e != nil {
 			return e
 		}
@@ -361,7 +366,7 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 		}
 		switch {
 		case !native:
-			l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+			l.push(schemas.Message{Role: "user", Content: text})
 		case reply == nil:
 			l.feedback(true, a, text)
 		default:
@@ -379,76 +384,20 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 
 func (l *loop) feedback(native bool, a harness.Action, text string) {
 	if native {
-		l.transcript = append(l.transcript, schemas.Message{Role: "tool", Content: text, Name: a.Tool, ToolCallID: a.ID})
+		l.push(schemas.Message{Role: "tool", Content: text, Name: a.Tool, ToolCallID: a.ID})
 		return
 	}
-	l.transcript = append(l.transcript, schemas.Message{Role: "user", Content: text})
+	l.push(schemas.Message{Role: "user", Content: text})
 }
 
-// state is the dict hook receives (see harness.Base's StateDoc). A harness
-// hook gets a converted copy of a fresh dict, so the transcript is shared
-// without copying here. A Go default gets the dict as is (defaults do not
-// modify their arguments), so it gets the plain form the harness would
-// otherwise convert the state to on every call (int64 numbers, the
-// transcript as message dicts kept in plainMsgs), and the same dict until
-// something in it changes.
-func (l *loop) state(hook string) map[string]any {
-	n := len(l.transcript)
-	if l.h.Defines(hook) {
-		return map[string]any{
-			"task":        l.taskDict,
-			"turn":        int64(l.res.Turns),
-			"messages":    l.transcript[:n:n],
-			"last_action": l.lastAction,
-			"retries":     map[string]any{"format": int64(l.fmtRetries), "illegal": int64(l.illRetries)},
-		}
-	}
-	key := stateKey{messages: n, turns: l.res.Turns, format: l.fmtRetries, illegal: l.illRetries, actions: l.actions}
-	if l.plainState != nil && key == l.plainKey {
-		return l.plainState
-	}
-	for _, m := range l.transcript[len(l.plainMsgs):] {
-		l.plainMsgs = append(l.plainMsgs, plainMessage(m))
-	}
-	l.plainState = map[string]any{
-		"task":        l.taskDict,
-		"turn":        int64(l.res.Turns),
-		"messages":    l.plainMsgs[:n:n],
-		"last_action": l.lastAction,
-		"retries":     map[string]any{"format": int64(l.fmtRetries), "illegal": int64(l.illRetries)},
-	}
-	l.plainKey = key
-	return l.plainState
-}
-
-// stateKey is what a state dict is made of, but for the task.
-type stateKey struct{ messages, turns, format, illegal, actions int }
-
-func (l *loop) setLastAction(a any) {
-	l.lastAction = a
-	l.actions++
-}
-
-// plainMessage is m as a hook sees it: the dict harness.ToStarlark makes
-// of a schemas.Message, converted back to Go.
-func plainMessage(m schemas.Message) map[string]any {
-	d := make(map[string]any, 5)
-	d["role"] = m.Role
-	d["content"] = m.Content
-	if m.Name != "" {
-		d["name"] = m.Name
-	}
-	if m.ToolCallID != "" {
-		d["tool_call_id"] = m.ToolCallID
-	}
-	if len(m.ToolCalls) > 0 {
-		calls := make([]any, len(m.ToolCalls))
-		for i, tc := range m.ToolCalls {
-			calls[i] = map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}
-		}
-		d["tool_calls"] = calls
-	}
-	return d
+// state is the state dict hooks receive (see harness.Base's StateDoc),
+// brought up to date. The harness converts only what changed since the
+// previous call, and gives harness hooks copies.
+func (l *loop) state() *harness.State {
+	l.st.SetTurn(l.res.Turns)
+	l.st.SetMessages(l.transcript)
+	l.st.SetRetries(l.fmtRetries, l.illRetries)
+	return l.st
 }
 
 // plainNumbers replaces the json.Numbers of decoded JSON by int64 or
@@ -581,6 +530,38 @@ func (l *loop) callString(hook string, args ...any) (string, *ending) {
 	return s, nil
 }
 
+func (l *loop) push(msgs ...schemas.Message) {
+	l.all = append(l.all, msgs...)
+	l.transcript = l.all[1:]
+}
+
+// defaultContext is the SYSTEM_PROMPT message, then the transcript. The
+// model client only reads it, and the loop only appends after it.
+func (l *loop) defaultContext() []schemas.Message {
+	if l.defaultSystem != nil {
+		return l.all[:len(l.all):len(l.all)]
+	}
+	return l.transcript[:len(l.transcript):len(l.transcript)]
+}
+
+// isDefaultContext reports whether v, what build_messages returned, is
+// the default context, without converting it: the default build_messages
+// returns it, and most harnesses leave the hook out.
+func (l *loop) isDefaultContext(v any) bool {
+	list, ok := v.([]any)
+	want := l.defaultContext()
+	if !ok || len(list) != len(want) {
+		return false
+	}
+	for i, e := range list {
+		var m schemas.Message
+		if !plainToMessage(e, &m) || !sameMessage(m, want[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 // differsFromDefault returns the index of the first message where msgs
 // differs from the default context (the SYSTEM_PROMPT message, then the
 // transcript), or -1 when they are the same.
@@ -632,13 +613,27 @@ func (l *loop) finish(e *ending) {
 		o := l.res.Outcome
 		l.event(KindEnv, "final", fmt.Sprintf("reward=%g correct=%t answer=%s", o.Reward, o.Correct, strconv.Quote(clip(o.Answer, clipShort))))
 	}
-	msgs := make([]schemas.Message, 0, len(l.transcript)+1)
+	// No call follows: all[0] may take the system message of the first.
 	if l.system != nil {
-		msgs = append(msgs, *l.system)
+		l.all[0] = *l.system
+		l.res.Messages = l.all
+	} else {
+		l.res.Messages = l.transcript
+		if l.res.Messages == nil {
+			l.res.Messages = []schemas.Message{} // [], not null, when setup failed early
+		}
 	}
-	l.res.Messages = append(msgs, l.transcript...)
 	l.res.Trace = l.trace
+	sizeHints.events.Store(int32(min(len(l.trace), maxHint)))
+	sizeHints.messages.Store(int32(min(len(l.transcript), maxHint)))
 }
+
+// sizeHints are the sizes of the last finished episode (see setup).
+var sizeHints = struct{ events, messages atomic.Int32 }{}
+
+// maxHint bounds sizeHints, so that one long episode does not make every
+// later one allocate for its like.
+const maxHint = 64
 
 // errorText is the Result's Error (one line, naming the failing part) and
 // the error event's detail (with the Starlark backtrace, if any).
@@ -714,48 +709,93 @@ func replySummary(r *models.Response) string {
 func envAction(a harness.Action) string {
 	switch a.Kind {
 	case "answer":
-		return "answer " + strconv.Quote(clip(a.Answer, clipShort))
+		return quoted("answer ", a.Answer)
 	case "move":
-		return "move " + strconv.Quote(clip(a.Move, clipShort))
+		return quoted("move ", a.Move)
 	}
 	return a.Kind
 }
 
 func toolAction(a harness.Action) string {
-	var in string
+	b := make([]byte, 0, len(a.Tool)+len(a.Input)+len(a.ID)+16)
+	b = append(b, a.Tool...)
+	b = append(b, '(')
 	if a.Input != "" || len(a.Args) == 0 {
-		in = strconv.Quote(clip(a.Input, clipShort))
+		b = appendQuotedClip(b, a.Input, clipShort)
 	} else {
-		in = harness.Summarize(a.Args, clipShort)
+		b = harness.AppendSummary(b, a.Args, clipShort)
 	}
-	s := a.Tool + "(" + in + ")"
+	b = append(b, ')')
 	if a.ID != "" {
-		s += " id=" + a.ID
+		b = append(b, " id="...)
+		b = append(b, a.ID...)
 	}
-	return s
+	return string(b)
+}
+
+// quoted is prefix then s, clipped to clipShort and quoted.
+func quoted(prefix, s string) string {
+	b := make([]byte, 0, len(prefix)+min(len(s), clipShort)+8)
+	b = append(b, prefix...)
+	return string(appendQuotedClip(b, s, clipShort))
+}
+
+// appendQuotedClip appends strconv.Quote(clip(s, n)).
+func appendQuotedClip(b []byte, s string, n int) []byte {
+	if len(s) <= n {
+		return strconv.AppendQuote(b, s)
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	b = strconv.AppendQuote(b, s[:cut])
+	return append(b[:len(b)-1], "…\""...)
 }
 
 func stepSummary(st Step) string {
-	var parts []string
-	if st.Done {
-		parts = append(parts, fmt.Sprintf("done: reward=%g correct=%t answer=%s", st.Outcome.Reward, st.Outcome.Correct, strconv.Quote(clip(st.Outcome.Answer, clipShort))))
-	}
-	if st.Illegal != "" {
-		parts = append(parts, "illegal: "+clip(st.Illegal, clipShort))
-	}
-	if st.ToolError != "" {
-		parts = append(parts, "tool error: "+clip(st.ToolError, clipShort))
-	}
-	if st.ToolResult != nil {
-		parts = append(parts, "result: "+harness.Summarize(st.ToolResult, clipShort))
-	}
-	if st.Observation != nil {
-		parts = append(parts, "observation: "+harness.Summarize(st.Observation, clipShort))
-	}
-	if len(parts) == 0 {
+	if !st.Done && st.Illegal == "" && st.ToolError == "" && st.ToolResult == nil && st.Observation == nil {
 		return "accepted"
 	}
-	return strings.Join(parts, "; ")
+	b := make([]byte, 0, 128)
+	if st.Done {
+		o := st.Outcome
+		b = append(b, "done: reward="...)
+		b = strconv.AppendFloat(b, o.Reward, 'g', -1, 64)
+		b = append(b, " correct="...)
+		b = strconv.AppendBool(b, o.Correct)
+		b = append(b, " answer="...)
+		b = appendQuotedClip(b, o.Answer, clipShort)
+	}
+	if st.Illegal != "" {
+		b = sep(b)
+		b = append(b, "illegal: "...)
+		b = append(b, clip(st.Illegal, clipShort)...)
+	}
+	if st.ToolError != "" {
+		b = sep(b)
+		b = append(b, "tool error: "...)
+		b = append(b, clip(st.ToolError, clipShort)...)
+	}
+	if st.ToolResult != nil {
+		b = sep(b)
+		b = append(b, "result: "...)
+		b = harness.AppendSummary(b, st.ToolResult, clipShort)
+	}
+	if st.Observation != nil {
+		b = sep(b)
+		b = append(b, "observation: "...)
+		b = harness.AppendSummary(b, st.Observation, clipShort)
+	}
+	return string(b)
+}
+
+// sep separates the parts of a step's summary.
+func sep(b []byte) []byte {
+	if len(b) > 0 {
+		return append(b, "; "...)
+	}
+	return b
 }
 
 // metaCache holds decoded task metas by their JSON text: every sample of a

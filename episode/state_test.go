@@ -1,39 +1,18 @@
 package episode
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/whalerun/whale/harness"
-	"github.com/whalerun/whale/schemas"
+	"github.com/whalerun/whale/models/modeltest"
 )
-
-// plainMessage must be exactly what the harness runtime makes of a
-// message, so that default hooks see the same state either way.
-func TestPlainMessageMatchesRuntime(t *testing.T) {
-	msgs := []schemas.Message{
-		{Role: "user", Content: "q"},
-		{Role: "assistant", Content: "", ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query":"x"}`}, {Name: "calc"}}},
-		{Role: "tool", Content: "r", Name: "search", ToolCallID: "c1"},
-		{Role: "system"},
-	}
-	for _, m := range msgs {
-		sv, err := harness.ToStarlark(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := harness.FromStarlark(sv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := plainMessage(m); !reflect.DeepEqual(got, want) {
-			t.Errorf("plainMessage(%+v) = %#v, want %#v", m, got, want)
-		}
-	}
-}
 
 func TestPlainNumbers(t *testing.T) {
 	meta, err := decodeMeta(`{"rating": 1500, "score": 0.5, "exp": 1e3, "big": 1e400, "tags": ["x", 2], "nested": {"n": -3}}`)
@@ -128,5 +107,51 @@ func TestHookMetaHidesReferences(t *testing.T) {
 				t.Errorf("the shared meta lost keys")
 			}
 		})
+	}
+}
+
+// Harness hooks get copies of the state: whatever they change in it, the
+// loop's transcript, its later states and the task stay as they were.
+func TestHooksCannotChangeTheLoopsState(t *testing.T) {
+	src := `FORMAT_RETRIES = 3
+
+def should_stop(state):
+    state["messages"].append({"role": "user", "content": "injected"})
+    state["messages"][0]["content"] = "changed by should_stop"
+    state["task"]["meta"]["rating"] = 0
+    state["retries"]["format"] = 7
+    return False
+
+def build_messages(state):
+    msgs = state["messages"]
+    msgs[0]["content"] += "!"
+    if state["last_action"]:
+        state["last_action"]["kind"] = "changed"
+    return [{"role": "system", "content": "s"}] + msgs
+
+def parse_action(text, state):
+    if "<answer>" not in text:
+        return {"kind": "invalid", "error": "meta %d retries %d" % (state["task"]["meta"]["rating"], state["retries"]["format"])}
+    return {"kind": "answer", "answer": "%d messages" % len(state["messages"])}
+`
+	srv := modeltest.NewServer(t, modeltest.Script(modeltest.Reply{Content: "thinking"}, modeltest.Reply{Content: "<answer>x</answer>"}))
+	h := loadHarness(t, src)
+	tk := task("t1", "What is six times seven?", "42")
+	res := Run(context.Background(), &fakeDomain{contract: fakeContract()}, h, newClient(t, srv.URL, 5*time.Second), tk, Config{})
+	if res.FinishReason != FinishAnswer || res.Answer != "4 messages" {
+		t.Fatalf("finish %s answer %q error %q", res.FinishReason, res.Answer, res.Error)
+	}
+	reqs := srv.Requests()
+	for i, r := range reqs {
+		// build_messages' own change is sent; nothing from earlier calls.
+		if got := r.Messages[1].Content; got != "What is six times seven?!" {
+			t.Errorf("call %d sent %q", i+1, got)
+		}
+	}
+	if fb := reqs[1].Messages[3].Content; !strings.Contains(fb, "meta 1500 retries 0") {
+		t.Errorf("feedback %q: parse_action saw changes of other calls", fb)
+	}
+	if got := res.Messages[1].Content; got != "What is six times seven?" || roles(res.Messages) != "system,user,assistant,user,assistant" {
+		t.Errorf("transcript %v", res.Messages)
 	}
 }

@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/whalerun/whale/schemas"
 )
 
 // MessageShape is one chat message as hooks build it: the dict form of
@@ -157,6 +162,22 @@ func Base() *Contract {
 	}
 }
 
+// stateAwareDefaults are the defaults of Base that take a *State in place
+// of the state dict, so that the loop's state reaches them without being
+// made a plain dict: they read at most its messages. Known by code pointer,
+// so that a spec copied with another Default is not taken for one of them.
+var stateAwareDefaults = func() map[uintptr]bool {
+	m := map[uintptr]bool{}
+	for _, f := range []DefaultFunc{defaultBuildMessages, defaultParseAction, defaultFormatToolResult, defaultOnError, defaultShouldStop} {
+		m[reflect.ValueOf(f).Pointer()] = true
+	}
+	return m
+}()
+
+func stateAware(f DefaultFunc) bool {
+	return f != nil && stateAwareDefaults[reflect.ValueOf(f).Pointer()]
+}
+
 func defaultFormatObservation(_ context.Context, h *Harness, args []any) (any, error) {
 	switch obs := args[0].(type) {
 	case string:
@@ -168,16 +189,23 @@ func defaultFormatObservation(_ context.Context, h *Harness, args []any) (any, e
 }
 
 func defaultBuildMessages(_ context.Context, h *Harness, args []any) (any, error) {
-	state, ok := args[0].(map[string]any)
-	if !ok {
+	var transcript []any
+	switch state := args[0].(type) {
+	case *State:
+		transcript = state.plainMessages()
+	case map[string]any:
+		var ok bool
+		if transcript, ok = state["messages"].([]any); !ok {
+			return nil, fmt.Errorf("state[\"messages\"] is %s, want a list", describe(state["messages"]))
+		}
+	default:
 		return nil, fmt.Errorf("state is %s, want a dict", describe(args[0]))
 	}
-	transcript, ok := state["messages"].([]any)
-	if !ok {
-		return nil, fmt.Errorf("state[\"messages\"] is %s, want a list", describe(state["messages"]))
-	}
 	out := make([]any, 0, len(transcript)+1)
-	if sys := h.String("SYSTEM_PROMPT"); sys != "" {
+	if h.systemMessage != nil {
+		// Shared by every call: results are read, never modified.
+		out = append(out, h.systemMessage)
+	} else if sys := h.String("SYSTEM_PROMPT"); sys != "" {
 		out = append(out, map[string]any{"role": "system", "content": sys})
 	}
 	return append(out, transcript...), nil
@@ -190,11 +218,68 @@ func defaultParseAction(_ context.Context, _ *Harness, args []any) (any, error) 
 	if !ok {
 		return nil, fmt.Errorf("text is %s, want a string", describe(args[0]))
 	}
-	all := answerTagRE.FindAllStringSubmatch(text, -1)
-	if len(all) == 0 {
+	answer, ok := lastAnswer(text)
+	if !ok {
 		return map[string]any{"kind": "invalid", "error": "no <answer>...</answer> in the reply"}, nil
 	}
-	return map[string]any{"kind": "answer", "answer": strings.TrimSpace(all[len(all)-1][1])}, nil
+	return map[string]any{"kind": "answer", "answer": strings.TrimSpace(answer)}, nil
+}
+
+// lastAnswer is the text inside the last <answer>…</answer> of text, as
+// answerTagRE finds it. ASCII text is scanned directly (the regexp cost more
+// than the rest of the default hook); other text may hold characters that
+// fold to ASCII letters under (?i), and goes to the regexp.
+func lastAnswer(text string) (string, bool) {
+	for i := 0; i < len(text); i++ {
+		if text[i] >= utf8.RuneSelf {
+			all := answerTagRE.FindAllStringSubmatch(text, -1)
+			if len(all) == 0 {
+				return "", false
+			}
+			return all[len(all)-1][1], true
+		}
+	}
+	// Matches do not overlap, and each ends at the first closing tag after
+	// its opening one; an opening tag with no closing tag after it ends
+	// the search.
+	var answer string
+	found := false
+	for i := 0; ; {
+		j := indexASCIIFold(text[i:], "<answer>")
+		if j < 0 {
+			break
+		}
+		start := i + j + len("<answer>")
+		k := indexASCIIFold(text[start:], "</answer>")
+		if k < 0 {
+			break
+		}
+		answer, found = text[start:start+k], true
+		i = start + k + len("</answer>")
+	}
+	return answer, found
+}
+
+func foldASCII(b byte) byte {
+	if 'A' <= b && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
+}
+
+// indexASCIIFold is the index of the first occurrence of lower (lower-case
+// ASCII) in s under ASCII case folding, or -1.
+func indexASCIIFold(s, lower string) int {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for j < len(lower) && foldASCII(s[i+j]) == lower[j] {
+			j++
+		}
+		if j == len(lower) {
+			return i
+		}
+	}
+	return -1
 }
 
 func defaultFormatToolResult(_ context.Context, _ *Harness, args []any) (any, error) {
@@ -236,3 +321,41 @@ func defaultOnError(_ context.Context, _ *Harness, args []any) (any, error) {
 }
 
 func defaultShouldStop(context.Context, *Harness, []any) (any, error) { return false, nil }
+
+// BuildMessages calls build_messages with st, as Call(ctx,
+// "build_messages", st) does, and records the call the same way. When the
+// contract's default ran, def is true and v is nil: the messages are
+// SYSTEM_PROMPT's (unless empty) then st's, which the caller holds, and
+// making them plain dicts only to read them back cost more than the rest
+// of the call. Otherwise v is the hook's plain result (see MessagesFrom).
+func (h *Harness) BuildMessages(ctx context.Context, st *State) (v any, def bool, err error) {
+	c, ok := h.calls["build_messages"]
+	if !ok || !c.defaultContext {
+		v, err := h.Call(ctx, "build_messages", st)
+		return v, false, err
+	}
+	start := time.Now()
+	if err := st.check(newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)); err != nil {
+		err = &HookError{Hook: c.spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", c.spec.Params[0], err), kind: ErrBadArgs}
+		h.record(c, start, []any{st}, err, nil)
+		return nil, false, err
+	}
+	sys := h.String("SYSTEM_PROMPT")
+	h.record(c, start, []any{st}, nil, func(w *limitWriter) {
+		// As summarize renders the default's list of message dicts.
+		if !w.str("[") {
+			return
+		}
+		if sys != "" {
+			summarizeMessage(w, &schemas.Message{Role: "system", Content: sys})
+		}
+		for i := range st.messages {
+			if (i > 0 || sys != "") && !w.str(", ") {
+				return
+			}
+			summarizeMessage(w, &st.messages[i])
+		}
+		w.str("]")
+	})
+	return nil, true, nil
+}

@@ -33,16 +33,17 @@ func sortStrings(s []string) { sort.Strings(s) }
 
 // limitsOf returns the options of the call running on th.
 func limitsOf(th *starlark.Thread) *Options {
-	if o, ok := th.Local(localLimits).(*Options); ok {
-		return o
+	if r, ok := th.Local(localCall).(*runner); ok && r.opts != nil {
+		return r.opts
 	}
 	o := Options{}.withDefaults()
 	return &o
 }
 
+// ctxOf returns the context of the call running on th.
 func ctxOf(th *starlark.Thread) context.Context {
-	if ctx, ok := th.Local(localCtx).(context.Context); ok {
-		return ctx
+	if r, ok := th.Local(localCall).(*runner); ok && r.parent != nil {
+		return r.context()
 	}
 	return context.Background()
 }

@@ -7,26 +7,37 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"go.starlark.net/starlark"
 )
 
-// Thread-local keys through which builtins reach the call's context and
-// limits.
-const (
-	localCtx    = "whale.ctx"
-	localLimits = "whale.limits"
-)
+// Thread-local key through which builtins reach the call's context and
+// limits (see ctxOf and limitsOf).
+const localCall = "whale.call"
 
 // heapCheckEvery is how many steps pass between two heap checks when
 // Options.MaxHeapBytes is set; a check costs about a microsecond.
 const heapCheckEvery = 4096
 
+// pollEvery is how many steps pass between two looks at the clock and the
+// caller's context: a look costs a few tens of nanoseconds, and a hook
+// notices its deadline or a cancellation within some 20µs of Starlark
+// work.
+const pollEvery = 1024
+
 const maxPrintBytes = 4096
 
 var errCallTimeout = errors.New("call timeout")
+
+// Why a runner stopped its thread.
+const (
+	stopSteps    = 1 + iota // the step limit
+	stopHeap                // the heap limit
+	stopDeadline            // the call's timeout
+	stopParent              // the caller's context ended
+)
 
 // callInfo is what one run of Starlark code used.
 type callInfo struct {
@@ -34,66 +45,149 @@ type callInfo struct {
 	output string
 }
 
-// run executes f on a fresh thread under the step limit, the deadline and
-// the heap limit, and turns a failure into a *HookError for hook (the
-// harness position is filled in from the Starlark call stack).
+// A runner is a Starlark thread and what a call needs around it: limits,
+// the captured print output. Runners are kept for the next call (see
+// runners): a fresh thread, a timeout context and a timer per call cost
+// more than a small hook's own work.
+//
+// Neither the deadline nor the caller's context is watched from another
+// goroutine (a timer, context.AfterFunc): the thread looks at the clock
+// and the context every pollEvery steps, and when the code returns.
+// Builtins that wait get a context (ctxOf) that ends with either, and a
+// helper checks it when it returns. Starlark notices a cancellation only
+// between steps in any case, so a builtin that blocks without honouring
+// its context held a call past its deadline before as well.
+type runner struct {
+	th starlark.Thread
+
+	// Set for each call.
+	opts      *Options
+	parent    context.Context
+	deadline  time.Time
+	maxSteps  uint64
+	checkHeap bool
+	nextHeap  uint64          // the step count of the next heap check
+	ctx       context.Context // parent with the deadline, made by ctxOf
+	cancel    context.CancelFunc
+	why       int32 // a stop* value: why the thread was cancelled
+	out       []byte
+}
+
+// runners holds runners whose last call ended cleanly; a runner whose
+// call failed (its thread may be cancelled) is dropped.
+var runners sync.Pool
+
+func getRunner() *runner {
+	if r, ok := runners.Get().(*runner); ok {
+		return r
+	}
+	r := &runner{}
+	r.th.Print = r.print
+	r.th.OnMaxSteps = r.onMaxSteps
+	r.th.SetLocal(localCall, r)
+	return r
+}
+
+func (r *runner) print(_ *starlark.Thread, msg string) {
+	if len(r.out) < maxPrintBytes {
+		r.out = append(r.out, clip(msg, maxPrintBytes-len(r.out))...)
+		r.out = append(r.out, '\n')
+	}
+}
+
+// onMaxSteps runs on the thread every pollEvery steps and at the step
+// limit.
+func (r *runner) onMaxSteps(t *starlark.Thread) {
+	stop := func(why int32, reason string) {
+		r.why = why
+		t.Cancel(reason)
+	}
+	switch {
+	case t.Steps >= r.maxSteps:
+		stop(stopSteps, "step limit exceeded")
+	case time.Now().After(r.deadline):
+		stop(stopDeadline, errCallTimeout.Error())
+	case r.parent.Err() != nil:
+		stop(stopParent, context.Cause(r.parent).Error())
+	case r.checkHeap && t.Steps >= r.nextHeap && heapBytes() > r.opts.MaxHeapBytes:
+		stop(stopHeap, "heap limit exceeded")
+	default:
+		if r.checkHeap && t.Steps >= r.nextHeap {
+			r.nextHeap = t.Steps + heapCheckEvery
+		}
+		t.SetMaxExecutionSteps(min(t.Steps+pollEvery, r.maxSteps))
+	}
+}
+
+// context is the call's context for builtins that wait: the caller's,
+// ending at the call's deadline. It is made on first use, since most hooks
+// call no such builtin.
+func (r *runner) context() context.Context {
+	if r.ctx == nil {
+		r.ctx, r.cancel = context.WithDeadlineCause(r.parent, r.deadline, errCallTimeout)
+	}
+	return r.ctx
+}
+
+// stopped reports why the call must end as failed although the code may
+// have returned: it ran past its deadline (a helper that honours its
+// context may return early with a partial result), or the caller gave up.
+func (r *runner) stopped() int32 {
+	switch {
+	case r.why != 0:
+		return r.why
+	case r.ctx != nil && r.ctx.Err() != nil && errors.Is(context.Cause(r.ctx), errCallTimeout), time.Now().After(r.deadline):
+		return stopDeadline
+	case r.ctx != nil && r.ctx.Err() != nil, r.parent.Err() != nil:
+		return stopParent
+	}
+	return 0
+}
+
+// run executes f on a thread under the step limit, the deadline and the
+// heap limit, and turns a failure into a *HookError for hook (the harness
+// position is filled in from the Starlark call stack).
 func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout time.Duration, info *callInfo, f func(*starlark.Thread) (starlark.Value, error)) (starlark.Value, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
-	defer cancel()
-
-	var out strings.Builder
-	th := &starlark.Thread{
-		Name: hook,
-		Print: func(_ *starlark.Thread, msg string) {
-			if out.Len() < maxPrintBytes {
-				out.WriteString(clip(msg, maxPrintBytes-out.Len()))
-				out.WriteByte('\n')
-			}
-		},
-	}
-	th.SetLocal(localCtx, ctx)
-	th.SetLocal(localLimits, &h.opts)
-
-	var why atomic.Int32 // 1 steps, 2 heap
-	if h.opts.MaxHeapBytes == 0 {
-		th.SetMaxExecutionSteps(maxSteps)
-		th.OnMaxSteps = func(t *starlark.Thread) {
-			why.CompareAndSwap(0, 1)
-			t.Cancel("step limit exceeded")
-		}
-	} else {
-		th.SetMaxExecutionSteps(min(heapCheckEvery, maxSteps))
-		th.OnMaxSteps = func(t *starlark.Thread) {
-			if t.Steps >= maxSteps {
-				why.CompareAndSwap(0, 1)
-				t.Cancel("step limit exceeded")
-				return
-			}
-			if heapBytes() > h.opts.MaxHeapBytes {
-				why.CompareAndSwap(0, 2)
-				t.Cancel("heap limit exceeded")
-				return
-			}
-			t.SetMaxExecutionSteps(min(t.Steps+heapCheckEvery, maxSteps))
-		}
-	}
-	stop := context.AfterFunc(ctx, func() { th.Cancel(context.Cause(ctx).Error()) })
-	defer stop()
+	r := getRunner()
+	r.opts = &h.opts
+	r.parent = ctx
+	r.deadline = time.Now().Add(timeout)
+	r.maxSteps = maxSteps
+	r.checkHeap = h.opts.MaxHeapBytes > 0
+	r.nextHeap = heapCheckEvery
+	r.why = 0
+	r.out = r.out[:0]
+	th := &r.th
+	th.Name = hook
+	th.Steps = 0
+	th.SetMaxExecutionSteps(min(pollEvery, maxSteps))
 
 	v, err := f(th)
+	why := r.stopped()
+	if r.cancel != nil {
+		r.cancel()
+		r.cancel, r.ctx = nil, nil
+	}
 	if info != nil {
 		info.steps = th.Steps
-		info.output = out.String()
+		if len(r.out) > 0 {
+			info.output = string(r.out)
+		}
 	}
-	if err == nil && ctx.Err() != nil {
-		// A helper that honours ctx may have returned early with a partial
-		// result before the interpreter saw the cancellation.
-		err = fmt.Errorf("Starlark computation cancelled: %w", context.Cause(ctx))
-	}
-	if err == nil {
+	if err == nil && why == 0 {
+		r.parent = nil
+		runners.Put(r)
 		return v, nil
 	}
+	// The thread may be cancelled: it serves no other call.
 
+	cause := context.Cause(ctx)
+	if why == stopDeadline {
+		cause = errCallTimeout
+	}
+	if err == nil {
+		err = fmt.Errorf("Starlark computation cancelled: %w", cause)
+	}
 	he := &HookError{Hook: hook, Harness: h.id, Steps: th.Steps, Msg: err.Error(), cause: err}
 	var ee *starlark.EvalError
 	if errors.As(err, &ee) {
@@ -101,22 +195,22 @@ func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout
 		he.Backtrace = ee.Backtrace()
 		he.Pos = h.innermost(ee.CallStack)
 	}
-	switch {
-	case why.Load() == 1:
+	switch why {
+	case stopSteps:
 		he.kind = ErrStepLimit
 		he.Msg = fmt.Sprintf("ran more than %d steps (an endless loop?)", maxSteps)
-	case why.Load() == 2:
+	case stopHeap:
 		he.kind = ErrMemory
 		he.Msg = fmt.Sprintf("the process heap passed %d bytes", h.opts.MaxHeapBytes)
-	case ctx.Err() != nil && errors.Is(context.Cause(ctx), errCallTimeout):
+	case stopDeadline:
 		he.kind = ErrDeadline
 		he.Msg = fmt.Sprintf("did not finish within %s", timeout)
-	case ctx.Err() != nil:
+	case stopParent:
 		// The caller's context ended: its own deadline, or cancellation.
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			he.kind = ErrDeadline
 		}
-		he.Msg = "cancelled: " + context.Cause(ctx).Error()
+		he.Msg = "cancelled: " + cause.Error()
 		he.cause = errors.Join(ctx.Err(), err)
 	default:
 		he.kind = ErrRuntime
@@ -144,16 +238,19 @@ func heapBytes() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// Call runs a hook with args (plain Go values, see ToStarlark) and returns
-// its result as plain Go (see FromStarlark), validated against the hook's
-// declared shape. When the harness does not define the hook the contract's
-// Go default runs instead. Every call, harness or default, is reported to
-// the recorder. Errors are *HookError.
+// Call runs a hook with args (plain Go values, see ToStarlark, or a
+// *State) and returns its result as plain Go (see FromStarlark), validated
+// against the hook's declared shape. When the harness does not define the
+// hook the contract's Go default runs instead, with the arguments as they
+// are. The result may share maps and lists with the arguments and the
+// harness: callers must not modify it. Every call, harness or default, is
+// reported to the recorder. Errors are *HookError.
 func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, error) {
-	spec, ok := h.contract.Hook(hook)
+	c, ok := h.calls[hook]
 	if !ok {
 		return nil, fmt.Errorf("call %s: %w: contract %s has no hook %s", hook, ErrUnknownHook, h.contract.Name, hook)
 	}
+	spec := &c.spec
 	if len(args) != len(spec.Params) {
 		return nil, fmt.Errorf("call %s: %w: takes %d arguments (%s), got %d", hook, ErrBadArgs, len(spec.Params), strings.Join(spec.Params, ", "), len(args))
 	}
@@ -163,34 +260,51 @@ func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, erro
 		err    error
 		info   callInfo
 	)
-	fn := h.hooks[hook]
-	if fn != nil {
-		result, err = h.callStarlark(ctx, spec, fn, args, &info)
+	if c.fn != nil {
+		result, err = h.callStarlark(ctx, c, args, &info)
 	} else {
-		result, err = h.callDefault(ctx, spec, args)
+		result, err = h.callDefault(ctx, c, args)
 	}
 	if h.recorder != nil {
 		rec := CallRecord{
 			Hook:     hook,
-			Default:  fn == nil,
+			Default:  c.fn == nil,
 			Duration: time.Since(start),
 			Steps:    info.steps,
-			Args:     summarizeArgs(spec.Params, args),
 			Output:   info.output,
 			Err:      err,
 		}
-		if err == nil {
-			rec.Result = Summarize(result, summaryLen)
-		}
+		rec.render(spec.Params, args, result)
 		h.recorder(rec)
 	}
 	return result, err
 }
 
-func (h *Harness) callStarlark(ctx context.Context, spec HookSpec, fn *starlark.Function, args []any, info *callInfo) (any, error) {
+// record reports a default's call that did not go through Call, with
+// result writing the result's summary.
+func (h *Harness) record(c *hookCall, start time.Time, args []any, err error, result func(*limitWriter)) {
+	if h.recorder == nil {
+		return
+	}
+	rec := CallRecord{Hook: c.spec.Name, Default: true, Duration: time.Since(start), Err: err}
+	rec.renderWith(c.spec.Params, args, result)
+	h.recorder(rec)
+}
+
+func (h *Harness) callStarlark(ctx context.Context, c *hookCall, args []any, info *callInfo) (any, error) {
+	spec, fn := &c.spec, c.fn
 	b := newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)
 	sargs := make(starlark.Tuple, len(args))
 	for i, a := range args {
+		if st, ok := a.(*State); ok && c.unread != nil && c.unread[i] {
+			// The hook cannot see it: only its size counts, so that a
+			// call fails the same whether the hook reads it or not.
+			if err := st.check(b); err != nil {
+				return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
+			}
+			sargs[i] = starlark.None
+			continue
+		}
 		v, err := toStarlark(a, b, 0)
 		if err != nil {
 			return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
@@ -220,13 +334,28 @@ func (h *Harness) callStarlark(ctx context.Context, spec HookSpec, fn *starlark.
 
 // callDefault runs the contract's Go default. Arguments already in plain
 // form (what FromStarlark makes: nil, bool, int64, float64, string, []any,
-// map[string]any) are passed as they are, and so is a plain result; only
-// other values are converted (see normalize). Defaults therefore must not
-// modify their arguments, and none does: copying the episode state for
+// map[string]any) are passed as they are, a *State as its shared plain map
+// (or itself, to Base's defaults), and a plain result is returned as it is;
+// only other values are converted (see normalize). Defaults therefore must
+// not modify their arguments, and none does: copying the episode state for
 // every default call cost more CPU than the rest of the call.
-func (h *Harness) callDefault(ctx context.Context, spec HookSpec, args []any) (any, error) {
+func (h *Harness) callDefault(ctx context.Context, c *hookCall, args []any) (any, error) {
+	spec := &c.spec
 	var nargs []any
 	for i, a := range args {
+		if st, ok := a.(*State); ok {
+			if err := st.check(newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)); err != nil {
+				return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
+			}
+			if c.stateAware {
+				continue // it takes the *State itself
+			}
+			if nargs == nil {
+				nargs = append(make([]any, 0, len(args)), args...)
+			}
+			nargs[i] = st.plainMap()
+			continue
+		}
 		if isPlain(a) {
 			continue
 		}
@@ -245,6 +374,13 @@ func (h *Harness) callDefault(ctx context.Context, spec HookSpec, args []any) (a
 	v, err := spec.Default(ctx, h, nargs)
 	if err != nil {
 		return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: "default: " + err.Error(), kind: ErrRuntime, cause: err}
+	}
+	if c.stateAware {
+		// Base's defaults return plain values of their hook's shape, made
+		// of the state and the harness's constants, both within budget:
+		// walking build_messages' whole transcript again on every call
+		// would find nothing.
+		return v, nil
 	}
 	gv := v
 	if !isPlain(v) {

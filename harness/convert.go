@@ -148,6 +148,8 @@ func toStarlark(v any, b *budget, depth int) (starlark.Value, error) {
 		return starlark.NewList(elems), nil
 	case schemas.ToolCall:
 		return toolCallValue(x, b)
+	case *State:
+		return x.starlarkValue(b)
 	}
 	return reflectToStarlark(reflect.ValueOf(v), b, depth)
 }
@@ -468,6 +470,11 @@ func normalizeIn(v any, b *budget, depth int) (any, error) {
 		return out, nil
 	case schemas.ToolCall:
 		return toolCallMap(x, b)
+	case *State:
+		if err := x.check(newBudget(math.MaxInt, math.MaxInt)); err != nil {
+			return nil, err
+		}
+		return normalizeIn(x.plainMap(), b, depth)
 	case starlark.Value:
 		return fromStarlark(x, b, depth)
 	}

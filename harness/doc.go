@@ -13,14 +13,27 @@
 //     contract's helpers and constant defaults — nothing else: no load(), no
 //     files, network, processes, clock or randomness. Recursion is off;
 //     while, top-level control flow, sets and global reassignment are on.
-//   - Call runs one hook on a fresh thread with its own step limit and
-//     deadline (ctx can shorten it), converts arguments and the result
+//   - Call runs one hook on a thread of its own (threads are reused once a
+//     call ends cleanly) with its own step limit and deadline (ctx can
+//     shorten it; both are checked between steps), converts arguments and
+//     the result
 //     between plain Go and Starlark, validates the result's Shape, and falls
 //     back to the contract's Go default when the harness leaves the hook out.
 //     Failures are *HookError, classified by ErrStepLimit, ErrDeadline,
 //     ErrMemory, ErrRuntime, ErrBadResult; runtime errors carry the harness
 //     position and the Starlark backtrace. A Harness is immutable and safe
 //     for concurrent Calls.
+//   - Copies: a harness hook gets fresh Starlark values it may change
+//     freely; nothing it does reaches the caller. A Go default gets the
+//     caller's values without a copy (the episode loop's state, shared
+//     between calls), so it must never modify its arguments (DefaultFunc);
+//     a result may share maps and lists with them and with the harness, so
+//     callers treat results as read-only.
+//   - State is the episode state dict (Base's StateDoc) kept across the
+//     calls of one episode: each call converts only what changed (new
+//     messages, a new last action), the record summarises it once per
+//     change, and an argument that the hook's code never names is not
+//     converted at all (it cannot be observed; only its size is checked).
 //   - Every call is reported to the Recorder (Options.Recorder or
 //     WithRecorder) as a CallRecord, which renders as a schemas.TraceEvent.
 //   - Memory: Starlark has no memory limit. The step limit bounds how many

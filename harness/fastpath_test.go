@@ -248,3 +248,110 @@ func BenchmarkSummarizeState(b *testing.B) {
 		_ = summarizeArgs([]string{"state"}, []any{st})
 	}
 }
+
+// starlarkFormat renders tmpl with Starlark's str.format, the reference
+// renderSimple must agree with.
+func starlarkFormat(tmpl string, fields map[string]any) (string, error) {
+	format, _ := starlark.String(tmpl).Attr("format")
+	var kwargs []starlark.Tuple
+	for _, k := range sortedKeys(fields) {
+		v, err := ToStarlark(fields[k])
+		if err != nil {
+			return "", err
+		}
+		kwargs = append(kwargs, starlark.Tuple{starlark.String(k), v})
+	}
+	v, err := starlark.Call(&starlark.Thread{}, format, nil, kwargs)
+	if err != nil {
+		return "", err
+	}
+	return string(v.(starlark.String)), nil
+}
+
+// renderSimple renders what str.format renders, and leaves to it
+// everything it does not handle exactly so.
+func TestRenderSimple(t *testing.T) {
+	fields := map[string]any{"question": "Q {x} }{", "fen": "8/8 w", "n": int64(3), "é": "e"}
+	cases := []struct {
+		tmpl   string
+		simple bool
+	}{
+		{"{question}", true},
+		{"Q: {question}\nBoard: {fen}", true},
+		{"{{literal}} {question} }}{{", true},
+		{"", true},
+		{"no fields", true},
+		{"{n}", false},          // not a string
+		{"{missing}", false},    // str.format's error
+		{"{question!r}", false}, // conversion
+		{"{question:>20}", false},
+		{"{0}", false},
+		{"{}", false},
+		{"{question", false},
+		{"question}", false},
+		{"{é}", false},
+		{"{ question }", false},
+	}
+	for _, tc := range cases {
+		got, ok := renderSimple(tc.tmpl, fields)
+		if ok != tc.simple {
+			t.Errorf("renderSimple(%q) handled = %v, want %v", tc.tmpl, ok, tc.simple)
+		}
+		want, err := starlarkFormat(tc.tmpl, fields)
+		if ok && (err != nil || got != want) {
+			t.Errorf("renderSimple(%q) = %q, str.format = %q, %v", tc.tmpl, got, want, err)
+		}
+		if full, ferr := renderTemplate(tc.tmpl, fields); full != want || (ferr == nil) != (err == nil) {
+			t.Errorf("renderTemplate(%q) = %q, %v; str.format = %q, %v", tc.tmpl, full, ferr, want, err)
+		}
+	}
+}
+
+// FuzzRenderSimple: whatever renderSimple renders, str.format renders the
+// same.
+func FuzzRenderSimple(f *testing.F) {
+	for _, seed := range []string{"{question}", "a {{b}} {fen}", "{", "}", "{}", "{question!s}", "{{{question}}}", "x}}y{{z"} {
+		f.Add(seed, "value {x}")
+	}
+	f.Fuzz(func(t *testing.T, tmpl, value string) {
+		fields := map[string]any{"question": value, "fen": "f"}
+		got, ok := renderSimple(tmpl, fields)
+		if !ok {
+			return
+		}
+		want, err := starlarkFormat(tmpl, fields)
+		if err != nil || got != want {
+			t.Errorf("renderSimple(%q) = %q, str.format = %q, %v", tmpl, got, want, err)
+		}
+	})
+}
+
+// lastAnswer finds what answerTagRE finds.
+func TestLastAnswer(t *testing.T) {
+	for _, text := range []string{
+		"", "no tags", "<answer>42</answer>", "a <ANSWER> 4 </Answer> b <answer>5</answer>",
+		"<answer>open only", "<answer>x</answer><answer>unclosed", "<answer><answer>x</answer>",
+		"</answer><answer>y</answer>", "<answer>multi\nline</answer>", "<answer></answer>",
+		"<answer>é</answer>", "<anſwer>long s</answer>", "<answer>\x1c</answer>", "\x1canswer>x</answer>",
+		"<answer >x</answer>", "<answer>a</answer >", "<answer>1</answer><answer>2</answer><answer>3",
+	} {
+		got, ok := lastAnswer(text)
+		all := answerTagRE.FindAllStringSubmatch(text, -1)
+		if ok != (len(all) > 0) || ok && got != all[len(all)-1][1] {
+			t.Errorf("lastAnswer(%q) = %q, %v; regexp found %q", text, got, ok, all)
+		}
+	}
+}
+
+func FuzzLastAnswer(f *testing.F) {
+	for _, seed := range []string{"<answer>42</answer>", "<ANSWER>a</answer><answer>b", "x</Answer>y<aNsWeR>z</ANSWER>", "<answer>é</answer>"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		got, ok := lastAnswer(text)
+		all := answerTagRE.FindAllStringSubmatch(text, -1)
+		if ok != (len(all) > 0) || ok && got != all[len(all)-1][1] {
+			t.Errorf("lastAnswer(%q) = %q, %v; regexp found %q", text, got, ok, all)
+		}
+	})
+}

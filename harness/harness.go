@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/whalerun/whale/internal/textdist"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -103,6 +104,12 @@ func (o Options) withDefaults() Options {
 // are frozen after loading, so every hook is a function of its arguments,
 // and one Harness may serve any number of concurrent Calls.
 type Harness struct {
+	*core
+	recorder Recorder
+}
+
+// core is what the views of a harness (WithRecorder) share.
+type core struct {
 	id       string
 	file     string
 	src      []byte
@@ -112,11 +119,29 @@ type Harness struct {
 	globals     starlark.StringDict
 	predeclared starlark.StringDict
 	hooks       map[string]*starlark.Function // defined by the harness
+	calls       map[string]*hookCall          // every hook of the contract, as Call needs it
 	consts      map[string]any                // every contract constant: the harness's or the default
 	defined     map[string]bool               // constants and hooks the harness defines
 	positions   map[string]Pos                // where each top-level name is bound
 	warnings    []Problem
-	recorder    Recorder
+	// systemMessage is SYSTEM_PROMPT's message dict for the default
+	// build_messages, made once; nil when the prompt is empty or the
+	// contract has none.
+	systemMessage map[string]any
+}
+
+// hookCall is what Call needs to know of a hook, worked out once.
+type hookCall struct {
+	spec HookSpec
+	fn   *starlark.Function // nil: the default runs
+	// unread marks the arguments fn's code never names (see
+	// unreadParams); nil when it names them all.
+	unread []bool
+	// stateAware: the default takes a *State (see stateAwareDefaults).
+	stateAware bool
+	// defaultContext: the default is Base's build_messages (see
+	// BuildMessages).
+	defaultContext bool
 }
 
 // SourceID is the content address of a harness source: "sha256:<hex>".
@@ -136,7 +161,7 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 	if err := opts.Contract.Validate(); err != nil {
 		return nil, fmt.Errorf("load harness %s: %w", filename, err)
 	}
-	h := &Harness{
+	h := &Harness{core: &core{
 		id:       SourceID(src),
 		file:     filename,
 		src:      append([]byte(nil), src...),
@@ -145,8 +170,7 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 		hooks:    map[string]*starlark.Function{},
 		consts:   map[string]any{},
 		defined:  map[string]bool{},
-		recorder: opts.Recorder,
-	}
+	}, recorder: opts.Recorder}
 	fail := func(problems []Problem, kind, cause error) (*Harness, error) {
 		return nil, &LoadError{File: filename, Problems: problems, kind: kind, cause: cause}
 	}
@@ -193,6 +217,18 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 
 	if problems := h.check(); len(problems) > 0 {
 		return fail(problems, nil, nil)
+	}
+	h.calls = make(map[string]*hookCall, len(h.contract.Hooks))
+	for _, spec := range h.contract.Hooks {
+		c := &hookCall{spec: spec, fn: h.hooks[spec.Name]}
+		if c.fn != nil {
+			c.unread = unreadParams(f, c.fn, len(spec.Params))
+		} else {
+			c.stateAware = stateAware(spec.Default)
+			c.defaultContext = spec.Name == "build_messages" && spec.Default != nil &&
+				reflect.ValueOf(spec.Default).Pointer() == reflect.ValueOf(defaultBuildMessages).Pointer()
+		}
+		h.calls[spec.Name] = c
 	}
 	return h, nil
 }
@@ -338,7 +374,11 @@ func (h *Harness) check() []Problem {
 	for _, k := range h.contract.Constants {
 		v, ok := h.globals[k.Name]
 		if !ok {
-			h.consts[k.Name], _ = normalize(k.Default) // Validate checked it
+			v, _ := normalize(k.Default) // Validate checked it
+			if i, ok := v.(int64); ok && k.Type == TypeFloat {
+				v = float64(i) // as checkConst makes a harness's value
+			}
+			h.consts[k.Name] = v
 			continue
 		}
 		h.defined[k.Name] = true
@@ -373,6 +413,9 @@ func (h *Harness) check() []Problem {
 			continue
 		}
 		h.hooks[spec.Name] = fn
+	}
+	if sys, ok := h.consts["SYSTEM_PROMPT"].(string); ok && sys != "" {
+		h.systemMessage = map[string]any{"role": "system", "content": sys}
 	}
 	h.warnings = h.unknownNames()
 	return problems
@@ -514,11 +557,9 @@ func (h *Harness) Constants() map[string]any {
 
 // WithRecorder returns a view of h whose calls report to rec instead of
 // Options.Recorder: one per episode, so each episode gets its own trace.
-// The view shares the compiled module and is as cheap as a struct copy.
+// The view shares everything else and costs one small allocation.
 func (h *Harness) WithRecorder(rec Recorder) *Harness {
-	c := *h
-	c.recorder = rec
-	return &c
+	return &Harness{core: h.core, recorder: rec}
 }
 
 // constant returns a constant's value; asking for a name the contract does
@@ -535,16 +576,33 @@ func (h *Harness) constant(name string, want Type) any {
 }
 
 // String returns a string or template constant.
-func (h *Harness) String(name string) string { return h.constant(name, TypeString).(string) }
+func (h *Harness) String(name string) string {
+	// Values have their constant's type, so a value of the wanted type
+	// names a constant of that type: only a mistake needs the spec.
+	if v, ok := h.consts[name].(string); ok {
+		return v
+	}
+	return h.constant(name, TypeString).(string)
+}
 
 // Int returns an int constant.
-func (h *Harness) Int(name string) int { return int(h.constant(name, TypeInt).(int64)) }
+func (h *Harness) Int(name string) int {
+	if v, ok := h.consts[name].(int64); ok {
+		return int(v)
+	}
+	return int(h.constant(name, TypeInt).(int64))
+}
 
 // Float returns a float constant.
 func (h *Harness) Float(name string) float64 { return h.constant(name, TypeFloat).(float64) }
 
 // Bool returns a bool constant.
-func (h *Harness) Bool(name string) bool { return h.constant(name, TypeBool).(bool) }
+func (h *Harness) Bool(name string) bool {
+	if v, ok := h.consts[name].(bool); ok {
+		return v
+	}
+	return h.constant(name, TypeBool).(bool)
+}
 
 // List returns a list constant (a fresh copy).
 func (h *Harness) List(name string) []any {
@@ -573,6 +631,9 @@ func (h *Harness) Render(name string, fields map[string]any) (string, error) {
 }
 
 func renderTemplate(tmpl string, fields map[string]any) (string, error) {
+	if out, ok := renderSimple(tmpl, fields); ok {
+		return out, nil
+	}
 	format, _ := starlark.String(tmpl).Attr("format")
 	kwargs := make([]starlark.Tuple, 0, len(fields))
 	for _, k := range sortedKeys(fields) {
@@ -587,6 +648,60 @@ func renderTemplate(tmpl string, fields map[string]any) (string, error) {
 		return "", err
 	}
 	return string(v.(starlark.String)), nil
+}
+
+// renderSimple renders the common templates without a Starlark call:
+// fields named as {name} whose values are strings, and {{ and }}. Anything
+// else (format specs, conversions, indexes, other values, errors) reports
+// false, for str.format to render or reject.
+func renderSimple(tmpl string, fields map[string]any) (string, bool) {
+	var b []byte
+	for i := 0; i < len(tmpl); {
+		c := tmpl[i]
+		switch {
+		case c == '{' && i+1 < len(tmpl) && tmpl[i+1] == '{', c == '}' && i+1 < len(tmpl) && tmpl[i+1] == '}':
+			b = append(b, c)
+			i += 2
+		case c == '{':
+			end := strings.IndexByte(tmpl[i+1:], '}')
+			if end < 0 {
+				return "", false
+			}
+			name := tmpl[i+1 : i+1+end]
+			if !isIdent(name) {
+				return "", false
+			}
+			v, ok := fields[name].(string)
+			if !ok {
+				return "", false
+			}
+			if b == nil {
+				b = make([]byte, 0, len(tmpl)+len(v))
+			}
+			b = append(b, v...)
+			i += end + 2
+		case c == '}':
+			return "", false
+		default:
+			j := i + 1
+			for j < len(tmpl) && tmpl[j] != '{' && tmpl[j] != '}' {
+				j++
+			}
+			b = append(b, tmpl[i:j]...)
+			i = j
+		}
+	}
+	return string(b), true
+}
+
+func isIdent(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // checkTemplate renders tmpl with placeholder values for fields, so that a

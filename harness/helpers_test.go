@@ -110,7 +110,7 @@ func evalExpr(t *testing.T, expr string, opts Options) (string, error) {
 	h := mustLoad(t, "", opts)
 	opts = opts.withDefaults()
 	th := &starlark.Thread{Name: "eval"}
-	th.SetLocal(localLimits, &opts)
+	th.SetLocal(localCall, &runner{opts: &opts})
 	th.SetMaxExecutionSteps(1_000_000)
 	v, err := starlark.EvalOptions(fileOptions, th, "expr", expr, h.predeclared)
 	if err != nil {

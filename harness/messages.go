@@ -49,8 +49,10 @@ type Action struct {
 
 // ActionFrom converts what parse_action returned into an Action.
 func ActionFrom(v any) (Action, error) {
-	if err := ActionShape.Validate(v, "action"); err != nil {
-		return Action{}, err
+	if !conforms(ActionShape, v) {
+		if err := ActionShape.Validate(v, "action"); err != nil {
+			return Action{}, err
+		}
 	}
 	d, ok := v.(map[string]any)
 	if !ok {

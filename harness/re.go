@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	resyntax "regexp/syntax"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -483,6 +484,10 @@ type rePattern struct {
 	rx    *regexp.Regexp
 	src   string
 	flags int
+	// methods holds the bound methods made so far, by patternMethodNames
+	// index: a pattern is mostly a frozen global whose methods every hook
+	// call looks up again.
+	methods [len(patternMethodNames)]atomic.Pointer[starlark.Builtin]
 }
 
 var _ starlark.HasAttrs = (*rePattern)(nil)
@@ -510,6 +515,9 @@ var patternMethods = map[string]reOp{
 	"sub":       reSub,
 }
 
+// patternMethodNames are patternMethods' keys, in a fixed order.
+var patternMethodNames = [...]string{"search", "match", "fullmatch", "findall", "finditer", "split", "sub"}
+
 func (p *rePattern) Attr(name string) (starlark.Value, error) {
 	switch name {
 	case "pattern":
@@ -519,14 +527,21 @@ func (p *rePattern) Attr(name string) (starlark.Value, error) {
 	case "groups":
 		return starlark.MakeInt(p.rx.NumSubexp()), nil
 	}
-	op, ok := patternMethods[name]
-	if !ok {
+	i := slices.Index(patternMethodNames[:], name)
+	if i < 0 {
 		return nil, nil
 	}
+	if b := p.methods[i].Load(); b != nil {
+		return b, nil
+	}
+	op := patternMethods[name]
 	fn := "re.Pattern." + name
-	return starlark.NewBuiltin(fn, func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	b := starlark.NewBuiltin(fn, func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		return op(th, fn, p, args, kwargs)
-	}), nil
+	})
+	// Concurrent calls may both make one; either serves.
+	p.methods[i].CompareAndSwap(nil, b)
+	return p.methods[i].Load(), nil
 }
 
 func (p *rePattern) AttrNames() []string {
@@ -604,7 +619,8 @@ func (m *reMatch) Attr(name string) (starlark.Value, error) {
 	var impl func(fn string, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
 	switch name {
 	case "group":
-		impl = m.group
+		// The common case, bound without a closure.
+		return matchGroup.BindReceiver(m), nil
 	case "groups":
 		impl = m.groups
 	case "groupdict":
@@ -636,6 +652,10 @@ func (m *reMatch) Attr(name string) (starlark.Value, error) {
 		return impl(fn, args, kwargs)
 	}), nil
 }
+
+var matchGroup = starlark.NewBuiltin("re.Match.group", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return b.Receiver().(*reMatch).group(b.Name(), args, kwargs)
+})
 
 func (m *reMatch) group(fn string, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	if len(kwargs) > 0 {

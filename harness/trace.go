@@ -27,6 +27,10 @@ type CallRecord struct {
 	Result   string // summarized result; empty on error
 	Output   string // what the hook print()ed, bounded
 	Err      error
+
+	// action and feedback are the trace event's texts as Call rendered
+	// them; Args and Result are parts of the same string.
+	action, feedback string
 }
 
 // Recorder receives every hook call of a Harness, in the calling goroutine,
@@ -35,28 +39,13 @@ type Recorder func(CallRecord)
 
 // TraceEvent turns the record into a row of the rollout's trace column:
 // Kind "hook", Action the call, Feedback its result (or error) with the
-// cost in brackets.
+// cost in brackets. For a record made by Call they are as Call rendered
+// them, in one allocation with Args and Result.
 func (r CallRecord) TraceEvent(turn int) schemas.TraceEvent {
-	fb := make([]byte, 0, len(r.Result)+48)
-	if r.Err != nil {
-		fb = append(fb, "error: "...)
-		fb = append(fb, r.Err.Error()...)
-	} else {
-		fb = append(fb, r.Result...)
+	if r.action != "" {
+		return schemas.TraceEvent{Turn: int32(turn), Kind: "hook", Action: r.action, Feedback: r.feedback}
 	}
-	if r.Default {
-		fb = append(fb, " [default, "...)
-	} else {
-		fb = append(fb, " ["...)
-		fb = strconv.AppendUint(fb, r.Steps, 10)
-		fb = append(fb, " steps, "...)
-	}
-	fb = append(fb, r.Duration.Round(time.Microsecond).String()...)
-	fb = append(fb, ']')
-	if r.Output != "" {
-		fb = append(fb, " print: "...)
-		fb = append(fb, clip(strings.TrimRight(r.Output, "\n"), summaryLen)...)
-	}
+	fb := r.appendFeedback(make([]byte, 0, len(r.Result)+48), r.Result)
 	return schemas.TraceEvent{
 		Turn:     int32(turn),
 		Kind:     "hook",
@@ -65,18 +54,113 @@ func (r CallRecord) TraceEvent(turn int) schemas.TraceEvent {
 	}
 }
 
+// appendFeedback appends the event's feedback, with result as the
+// summarized result.
+func (r *CallRecord) appendFeedback(fb []byte, result string) []byte {
+	if r.Err != nil {
+		fb = append(fb, "error: "...)
+		fb = append(fb, r.Err.Error()...)
+	} else {
+		fb = append(fb, result...)
+	}
+	if r.Default {
+		fb = append(fb, " [default, "...)
+	} else {
+		fb = append(fb, " ["...)
+		fb = strconv.AppendUint(fb, r.Steps, 10)
+		fb = append(fb, " steps, "...)
+	}
+	fb = appendDuration(fb, r.Duration.Round(time.Microsecond))
+	fb = append(fb, ']')
+	if r.Output != "" {
+		fb = append(fb, " print: "...)
+		fb = append(fb, clip(strings.TrimRight(r.Output, "\n"), summaryLen)...)
+	}
+	return fb
+}
+
+// appendDuration appends d.String(), without allocating for the short
+// durations of most hook calls.
+func appendDuration(b []byte, d time.Duration) []byte {
+	if d > 0 && d < time.Millisecond && d%time.Microsecond == 0 {
+		b = strconv.AppendInt(b, int64(d/time.Microsecond), 10)
+		return append(b, "µs"...)
+	}
+	return append(b, d.String()...)
+}
+
+// render fills Args and Result and renders the trace event's action and
+// feedback, all in one string.
+func (r *CallRecord) render(params []string, args []any, result any) {
+	r.renderWith(params, args, func(w *limitWriter) { summarize(w, result, 0) })
+}
+
+// renderWith is render with the result's summary written by result.
+func (r *CallRecord) renderWith(params []string, args []any, result func(*limitWriter)) {
+	w := newLimitWriter()
+	defer w.free()
+	w.b = append(w.b, r.Hook...)
+	w.b = append(w.b, '(')
+	argsAt := len(w.b)
+	fresh := w.appendArgs(params, args)
+	argsEnd := len(w.b)
+	w.b = append(w.b, ')')
+	actionEnd := len(w.b)
+	if r.Err == nil {
+		w.summaryOf(summaryLen, func() { result(w) })
+	}
+	resultEnd := len(w.b)
+	w.b = r.appendFeedback(w.b, "") // the result, if any, is in place
+	s := string(w.b)
+	r.action, r.feedback = s[:actionEnd], s[actionEnd:]
+	r.Args = s[argsAt:argsEnd]
+	r.Result = s[actionEnd:resultEnd]
+	if fresh.st != nil {
+		// The state's summary, new in this record, serves later calls
+		// from the record's string: no copy of its own.
+		fresh.st.summary, fresh.st.summaryLen = s[fresh.at:fresh.end], summaryLen/2
+	}
+}
+
+// freshSummary is where appendArgs rendered a state's summary that the
+// state had not kept yet.
+type freshSummary struct {
+	st      *State
+	at, end int
+}
+
 func summarizeArgs(params []string, args []any) string {
 	w := newLimitWriter()
 	defer w.free()
+	w.appendArgs(params, args)
+	return w.string()
+}
+
+// appendArgs appends "name=value, ..." with each value summarized. A
+// state's summary is rendered once per change (see State.summarize); fresh
+// says where one was rendered in place.
+func (w *limitWriter) appendArgs(params []string, args []any) (fresh freshSummary) {
 	for i, a := range args {
 		if i > 0 {
 			w.b = append(w.b, ", "...)
 		}
 		w.b = append(w.b, params[i]...)
 		w.b = append(w.b, '=')
+		if st, ok := a.(*State); ok {
+			if st.summaryLen == summaryLen/2 {
+				w.b = append(w.b, st.summary...)
+				continue
+			}
+			if fresh.st == nil {
+				fresh = freshSummary{st: st, at: len(w.b)}
+				w.summary(st, summaryLen/2)
+				fresh.end = len(w.b)
+				continue
+			}
+		}
 		w.summary(a, summaryLen/2)
 	}
-	return w.string()
+	return fresh
 }
 
 // Summarize renders a Go value compactly (JSON-like, dict keys sorted) in at
@@ -86,6 +170,14 @@ func Summarize(v any, n int) string {
 	defer w.free()
 	w.summary(v, n)
 	return w.string()
+}
+
+// AppendSummary appends Summarize(v, n) to dst, for callers that build a
+// longer text around it.
+func AppendSummary(dst []byte, v any, n int) []byte {
+	w := limitWriter{b: dst}
+	w.summary(v, n)
+	return w.b
 }
 
 // limitWriter renders summaries into one buffer; the bound applies from
@@ -100,8 +192,14 @@ type limitWriter struct {
 
 // summary appends v's summary in at most about n bytes.
 func (w *limitWriter) summary(v any, n int) {
+	w.summaryOf(n, func() { summarize(w, v, 0) })
+}
+
+// summaryOf appends what render writes as a summary in at most about n
+// bytes.
+func (w *limitWriter) summaryOf(n int, render func()) {
 	w.base, w.max, w.full = len(w.b), n, false
-	summarize(w, v, 0)
+	render()
 	if w.full {
 		// Mark the cut the way clip does, on a rune boundary.
 		cut := w.base + n
@@ -184,6 +282,14 @@ func appendQuoted(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+func (w *limitWriter) int(n int) bool {
+	if w.full {
+		return false
+	}
+	w.b = strconv.AppendInt(w.b, int64(n), 10)
+	return w.check()
+}
+
 // check ends the summary once it is past its bound, keeping a little of
 // what went over (the final cut is on a rune boundary).
 func (w *limitWriter) check() bool {
@@ -253,14 +359,9 @@ func summarize(w *limitWriter, v any, depth int) {
 	case schemas.Message:
 		summarizeMessage(w, &x)
 	case []schemas.Message:
-		w.str("[")
-		for i := range x {
-			if i > 0 && !w.str(", ") {
-				return
-			}
-			summarizeMessage(w, &x[i])
-		}
-		w.str("]")
+		summarizeMessages(w, x)
+	case *State:
+		x.summarizeInto(w, depth)
 	default:
 		nv, err := normalize(v)
 		if err != nil {
@@ -271,8 +372,48 @@ func summarize(w *limitWriter, v any, depth int) {
 	}
 }
 
-// summarizeMessage renders m as the dict {"content", "role"} (keys sorted,
-// as for a map).
+func summarizeMessages(w *limitWriter, msgs []schemas.Message) {
+	w.str("[")
+	for i := range msgs {
+		if i > 0 && !w.str(", ") {
+			return
+		}
+		summarizeMessage(w, &msgs[i])
+	}
+	w.str("]")
+}
+
+// summarizeMessage renders m as its message dict (see ToStarlark), keys
+// sorted as for a map.
 func summarizeMessage(w *limitWriter, m *schemas.Message) {
-	_ = w.str(`{"content": `) && w.quote(m.Content) && w.str(`, "role": `) && w.quote(m.Role) && w.str("}")
+	if !w.str(`{"content": `) || !w.quote(m.Content) {
+		return
+	}
+	if m.Name != "" && !(w.str(`, "name": `) && w.quote(m.Name)) {
+		return
+	}
+	if !w.str(`, "role": `) || !w.quote(m.Role) {
+		return
+	}
+	if m.ToolCallID != "" && !(w.str(`, "tool_call_id": `) && w.quote(m.ToolCallID)) {
+		return
+	}
+	if len(m.ToolCalls) > 0 {
+		if !w.str(`, "tool_calls": [`) {
+			return
+		}
+		for i, tc := range m.ToolCalls {
+			if i > 0 && !w.str(", ") {
+				return
+			}
+			if !w.str(`{"arguments": `) || !w.quote(tc.Arguments) || !w.str(`, "id": `) || !w.quote(tc.ID) ||
+				!w.str(`, "name": `) || !w.quote(tc.Name) || !w.str("}") {
+				return
+			}
+		}
+		if !w.str("]") {
+			return
+		}
+	}
+	w.str("}")
 }
