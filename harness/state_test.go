@@ -212,37 +212,30 @@ def on_error(kind, detail, state):
 
 // A state too large for the budget fails every kind of hook the same way,
 // whether it reads the state or not.
+// stateHookArgs are the arguments of hook with st as its state.
+func stateHookArgs(hook string, st *State) []any {
+	switch hook {
+	case "on_error":
+		return []any{"format", "", st}
+	case "parse_action":
+		return []any{"a", st}
+	}
+	return []any{st}
+}
+
 func TestStateBudget(t *testing.T) {
 	src := "def on_error(kind, detail, state):\n    return repr(state)\n\ndef parse_action(text, state):\n    return {\"kind\": \"answer\", \"answer\": text}\n"
 	h := mustLoad(t, src, Options{MaxValueBytes: 1000})
 	st := NewState(map[string]any{"id": "t", "question": "q", "meta": map[string]any{}})
 	st.SetMessages([]schemas.Message{{Role: "user", Content: strings.Repeat("x", 600)}})
 	for _, hook := range []string{"on_error", "parse_action", "build_messages"} {
-		var args []any
-		switch hook {
-		case "on_error":
-			args = []any{"format", "", st}
-		case "parse_action":
-			args = []any{"a", st}
-		default:
-			args = []any{st}
-		}
-		if _, err := h.Call(bg, hook, args...); err != nil {
+		if _, err := h.Call(bg, hook, stateHookArgs(hook, st)...); err != nil {
 			t.Errorf("%s under the budget: %v", hook, err)
 		}
 	}
 	st.SetMessages([]schemas.Message{{Role: "user", Content: strings.Repeat("x", 600)}, {Role: "user", Content: strings.Repeat("y", 600)}})
 	for _, hook := range []string{"on_error", "parse_action", "build_messages"} {
-		var args []any
-		switch hook {
-		case "on_error":
-			args = []any{"format", "", st}
-		case "parse_action":
-			args = []any{"a", st}
-		default:
-			args = []any{st}
-		}
-		_, err := h.Call(bg, hook, args...)
+		_, err := h.Call(bg, hook, stateHookArgs(hook, st)...)
 		if !errors.Is(err, ErrBadArgs) || !strings.Contains(err.Error(), "argument state: value too large") {
 			t.Errorf("%s over the budget: %v, want ErrBadArgs naming the state", hook, err)
 		}
