@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/schedule"
 	"github.com/whalerun/whale/pipeline/spec"
+	"github.com/whalerun/whale/report"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -74,16 +77,6 @@ changes nothing: every stage is committed once.`,
 	}
 }
 
-// demoRunResult is what the summary table shows of one run.
-type demoRunResult struct {
-	name, schedule string
-	rollouts       int64
-	tests          int
-	finalTest      float64
-	reason         string
-	wall           time.Duration
-}
-
 func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
@@ -107,7 +100,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var quiet discardWriter
+	quiet := io.Discard
 	for i, split := range []string{demo.SplitTrain, demo.SplitSearch, demo.SplitTest} {
 		if err := runImport(ctx, importOptions{Root: root, File: paths[i], Name: "demo-" + split}, quiet); err != nil {
 			return fmt.Errorf("import %s: %w", paths[i], err)
@@ -149,32 +142,40 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	for i, n := range names {
 		rows[i] = board.Add(n, exp.Budget.Rollouts)
 	}
-	var results []demoRunResult
 	for i, n := range names {
-		r, err := demoRun(ctx, store, n, rows[i], board.Drawing(), log, logFile, out)
-		if err != nil {
+		if err := demoRun(ctx, store, n, rows[i], board.Drawing(), log, logFile, out); err != nil {
 			board.Close()
 			return err
 		}
-		results = append(results, r)
 	}
 	board.Close()
 
 	fmt.Fprintln(out)
+	d, err := writeReport(ctx, reportOptions{Root: root, Runs: names, Out: filepath.Join(dir, "report")}, quiet)
+	if err != nil {
+		return err
+	}
+	// The table is the report's own reading of the artifacts, so a rerun of
+	// a finished demo shows the numbers of the run that made them.
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\tschedule\trollouts\ttests\tfinal mean@%d\twall\n", exp.Eval.K)
-	for _, r := range results {
+	for _, r := range d.Runs {
 		final := "-"
-		if r.tests > 0 {
-			final = fmt.Sprintf("%.3f", r.finalTest)
+		if r.Final != nil {
+			final = fmt.Sprintf("%.3f", r.Final.MeanAtK)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.name, r.schedule, r.rollouts, r.tests, final, r.wall.Round(time.Second))
+		wall := time.Duration(r.WallSeconds * float64(time.Second)).Round(time.Second)
+		schedule := r.Schedule
+		if r.Switch != "" {
+			schedule += " (" + r.Switch + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, schedule, r.Rollouts, len(r.Tests), final, wall)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(out)
-	return runReport(ctx, reportOptions{Root: root, Runs: names, Out: filepath.Join(dir, "report")}, out)
+	_, err = fmt.Fprintf(out, "\n%s\n", filepath.Join(dir, "report", report.IndexName))
+	return err
 }
 
 // demoExperiment is the shipped demo.yaml with the checkpoint written next
@@ -233,104 +234,57 @@ func demoLabel(e *spec.Experiment) string {
 }
 
 // demoRun runs one variant to its end, moving its row on the board, or
-// printing a line per unit when the board does not draw.
+// printing a line per test when the board does not draw.
 func demoRun(ctx context.Context, store *storage.Store, name string, row *progress.Row, drawing bool,
-	log *slog.Logger, logFile io.Writer, out io.Writer) (demoRunResult, error) {
+	log *slog.Logger, logFile io.Writer, out io.Writer) error {
 	run, err := pipeline.LoadRun(ctx, store, name)
 	if err != nil {
-		return demoRunResult{}, err
+		return err
 	}
-	res := demoRunResult{name: name, schedule: demoLabel(&run.Spec)}
 	rt, err := pipeline.NewRuntime(ctx, store, &run.Spec, pipeline.RuntimeOptions{Log: log, Run: name})
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer rt.Close()
 	r := &pipeline.Runner{Planner: pipeline.Planner{Store: store, Run: name, Spec: &run.Spec}, Runtime: rt, Log: log, Out: logFile}
 	start := time.Now()
-	lastTest := "no test yet"
+	var spent int64
+	var lastTest, reason string
 	err = r.RunToEnd(ctx, func(s *pipeline.StepResult) {
 		d := s.Plan.Decision
-		spent := int64(d.Signals["rollouts_spent"])
-		res.rollouts = spent
+		spent = int64(d.Signals["rollouts_spent"])
 		if s.Plan.Done() {
-			res.reason = d.Reason
+			reason = d.Reason
 			return
 		}
 		if d.Kind == schedule.KindTest && s.Result.Manifest != nil {
 			if v, ok := s.Result.Manifest.Summary["best_score"].(float64); ok {
-				res.tests++
-				res.finalTest = v
 				lastTest = fmt.Sprintf("test %.3f at %s", v, d.Position)
 			}
 		}
-		// The spend shown is that before this unit; the unit's own
-		// rollouts count once its last stage commits.
-		if s.Result.Manifest != nil && (d.Kind == schedule.KindWeight || d.Kind == schedule.KindHarness) {
-			if ep, ok := s.Result.Manifest.Summary["episodes"].(float64); ok && (s.Plan.Stage == pipeline.StageRollout || s.Plan.Stage == pipeline.StageEvaluate) {
-				spent += int64(ep)
+		// The signal is the spend before this unit; the unit's own
+		// rollouts count once the stage that ran them commits.
+		if s.Plan.Stage == pipeline.StageRollout || (d.Kind == schedule.KindHarness && s.Plan.Stage == pipeline.StageEvaluate) {
+			if s.Result.Manifest != nil {
+				spent += int64(storage.SummaryNumber(s.Result.Manifest.Summary, "episodes"))
 			}
 		}
-		status := fmt.Sprintf("%s %s · %s", s.Plan.Stage, d.Position, lastTest)
-		row.Set(spent, status)
+		row.Set(spent, fmt.Sprintf("%s %s · %s", s.Plan.Stage, d.Position, cmp.Or(lastTest, "no test yet")))
 		if !drawing && d.Kind == schedule.KindTest {
 			fmt.Fprintf(out, "%-20s %6d rollouts  %s\n", name, spent, lastTest)
 		}
 	})
-	res.wall = time.Since(start)
 	if err != nil {
-		row.Set(res.rollouts, "failed: "+err.Error())
+		row.Set(spent, "failed: "+err.Error())
 		var held *storage.LeaseHeldError
 		if errors.As(err, &held) {
-			return res, fmt.Errorf("run %s is busy (another whale holds it): %w", name, err)
+			return fmt.Errorf("run %s is busy (another whale holds it): %w", name, err)
 		}
-		return res, fmt.Errorf("run %s: %w (details in the log)", name, err)
+		return fmt.Errorf("run %s: %w (details in the log)", name, err)
 	}
-	// The table reads the committed tests, so a rerun of a finished demo
-	// shows the same numbers as the run that made them.
-	if res.tests, res.finalTest, err = demoTests(ctx, store, name); err != nil {
-		return res, err
-	}
-	if res.tests > 0 {
-		lastTest = fmt.Sprintf("final test %.3f", res.finalTest)
-	}
-	row.Done(fmt.Sprintf("done · %s", lastTest))
+	row.Done(strings.TrimSuffix("done · "+lastTest, " · "))
 	if !drawing {
-		fmt.Fprintf(out, "%-20s done in %s: %s\n", name, res.wall.Round(time.Second), res.reason)
+		fmt.Fprintf(out, "%-20s done in %s: %s\n", name, time.Since(start).Round(time.Second), reason)
 	}
-	return res, nil
+	return nil
 }
-
-// demoTests counts the run's committed tests and returns the score of the
-// last one in schedule order.
-func demoTests(ctx context.Context, store *storage.Store, run string) (int, float64, error) {
-	ms, err := storage.ListCommitted(ctx, store, run)
-	if err != nil {
-		return 0, 0, fmt.Errorf("list stages of run %s: %w", run, err)
-	}
-	n, final := 0, 0.0
-	var last schedule.Pos
-	for _, m := range ms {
-		p, err := schedule.ParsePosition(m.Position)
-		if err != nil || m.Stage != pipeline.StageEvaluate {
-			continue
-		}
-		if p.Section != schedule.SectionInitialTest && p.Section != schedule.SectionWeightTest && p.Section != schedule.SectionHarnessTest {
-			continue
-		}
-		v, ok := m.Summary["best_score"].(float64)
-		if !ok {
-			return 0, 0, fmt.Errorf("run %s: test %s has no best_score in its summary", run, m.Dir)
-		}
-		if n == 0 || p.Compare(last) > 0 {
-			last, final = p, v
-		}
-		n++
-	}
-	return n, final, nil
-}
-
-// discardWriter swallows the output of the commands the demo reuses.
-type discardWriter struct{}
-
-func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }

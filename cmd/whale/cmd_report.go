@@ -53,38 +53,47 @@ folder. Writing again replaces the files.`,
 // runReport collects the runs and writes the report; it prints the path
 // of index.html.
 func runReport(ctx context.Context, o reportOptions, out io.Writer) error {
+	_, err := writeReport(ctx, o, out)
+	return err
+}
+
+// writeReport is runReport returning what it collected, for callers that
+// show more of it.
+func writeReport(ctx context.Context, o reportOptions, out io.Writer) (*report.Data, error) {
 	for _, r := range o.Runs {
 		if err := storage.CheckRun(r); err != nil {
-			return usageError{err}
+			return nil, usageError{err}
 		}
 	}
 	if o.Out == "" {
-		return usagef("--out: no folder given")
+		return nil, usagef("--out: no folder given")
 	}
 	store, err := openRoot(ctx, o.Root)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer store.Close()
 	// A missing run is the user's to fix: say so before reading anything
 	// else.
 	for _, r := range o.Runs {
 		if _, err := readRun(ctx, store, r); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	d, err := report.Collect(ctx, store, o.Runs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dir, err := filepath.Abs(o.Out)
 	if err != nil {
-		return usageError{fmt.Errorf("--out %s: %w", o.Out, err)}
+		return nil, usageError{fmt.Errorf("--out %s: %w", o.Out, err)}
 	}
 	paths, err := report.Write(ctx, d, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = fmt.Fprintln(out, paths[0])
-	return err
+	if _, err = fmt.Fprintln(out, paths[0]); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
