@@ -33,10 +33,9 @@ const benchConcurrency = 16
 // CPU-second of the whole process (server included), steadier than wall
 // time on a shared machine. b.N counts episodes.
 //
-// Each side's round lasts about 1/30 of -benchtime, while a garbage
-// collection of the growing heap (the fake server keeps every request it
-// served) runs for 50-200ms and slows whichever side is running then: one
-// run's ratio can be off by 0.1 or more, so compare several runs.
+// The server stops recording requests after the first episode, so the
+// heap stays flat and every side pays the same garbage collection per
+// call.
 func BenchmarkRunEpisode(b *testing.B) {
 	answer := modeltest.Reply{Content: "Six times seven is <answer>42</answer>.", PromptTokens: 60, CompletionTokens: 12}
 	// byTurn searches twice, then answers: a three-call episode.
@@ -114,6 +113,9 @@ func benchRunEpisode(b *testing.B, src string, handler modeltest.Handler, calls 
 	if len(reqs) != calls {
 		b.Fatalf("one episode made %d calls, want %d", len(reqs), calls)
 	}
+	// Recording every body would grow the heap through the run, and the
+	// garbage collector's pace would then decide the ratio.
+	srv.Record(false)
 	bodies := make([][]byte, calls)
 	for i, r := range reqs {
 		bodies[i] = r.Raw
@@ -242,7 +244,7 @@ func cpuTime() time.Duration {
 
 // runParallel runs n calls of f over c goroutines and returns the time
 // taken.
-func runParallel(b *testing.B, n, c int, f func(i int64) error) time.Duration {
+func runParallel(b testing.TB, n, c int, f func(i int64) error) time.Duration {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once

@@ -12,5 +12,6 @@
 // The server records every request (raw body, the body decoded as a map
 // with vendor extras included, the messages and tools decoded, headers),
 // counts calls and tracks the most requests in flight at once, so tests can
-// assert what a client sent and how hard it pushed.
+// assert what a client sent and how hard it pushed. Record(false) stops
+// the recording, for benchmarks whose heap must stay flat.
 package modeltest

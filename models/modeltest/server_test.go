@@ -48,6 +48,32 @@ func TestRecordsRequests(t *testing.T) {
 	}
 }
 
+func TestRecordOffKeepsCountingButNotBodies(t *testing.T) {
+	s := modeltest.NewServer(t, modeltest.Always(modeltest.Reply{Content: "ok"}))
+	steps := []struct {
+		record     bool
+		wantReqs   int
+		wantCalls  int
+		wantLastNo int
+	}{
+		{true, 1, 1, 1},
+		{false, 1, 2, 1},
+		{false, 1, 3, 1},
+		{true, 2, 4, 4},
+	}
+	for i, st := range steps {
+		s.Record(st.record)
+		if _, _, err := post(t, s, body); err != nil {
+			t.Fatal(err)
+		}
+		reqs := s.Requests()
+		if len(reqs) != st.wantReqs || s.Calls() != st.wantCalls || reqs[len(reqs)-1].Call != st.wantLastNo {
+			t.Fatalf("step %d: %d requests (last call %d), %d calls; want %d, %d, %d",
+				i, len(reqs), reqs[len(reqs)-1].Call, s.Calls(), st.wantReqs, st.wantLastNo, st.wantCalls)
+		}
+	}
+}
+
 func TestScriptRepeatsLastReply(t *testing.T) {
 	s := modeltest.NewServer(t, modeltest.Script(modeltest.Reply{Content: "one"}, modeltest.Reply{Content: "two"}))
 	var got []string
