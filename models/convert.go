@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	gojson "github.com/goccy/go-json"
+
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -142,23 +144,39 @@ type wireCompletion struct {
 // skipped: whale declares only function tools. The reasoning text is the
 // one a server's reasoning parser split out (vLLM/SGLang:
 // reasoning_content; newer vLLM and Ollama: reasoning).
+//
+// The body is decoded with goccy/go-json, a drop-in for encoding/json
+// that takes about a third of the time on a typical reply (1.1 µs and 5
+// allocations instead of 3-4.5 µs and 15 alone; 3-4 µs less per call in
+// the rollout path against a zero-latency server, where the client's own
+// cost competes with the episode loop's). FuzzDecodeCompletion checks
+// that it reads any body as encoding/json does; it may accept a body that
+// encoding/json rejects for a malformed value under a key whale does not
+// read, never a truncated one.
 func decodeCompletion(raw []byte) (*Response, error) {
-	var wc wireCompletion
-	if err := json.Unmarshal(raw, &wc); err != nil {
+	wc, err := unmarshalCompletion(raw)
+	if err != nil {
 		return nil, fmt.Errorf("response is not a chat completion: %v (body starts %q)", err, clip(string(raw), 80))
 	}
+	return fromWire(&wc)
+}
+
+// fromWire is decodeCompletion's reading of a decoded body.
+func fromWire(wc *wireCompletion) (*Response, error) {
 	if len(wc.Choices) == 0 {
 		return nil, errNoChoices
 	}
 	ch := wc.Choices[0]
+	// Text is made valid UTF-8 as encoding/json would (goccy/go-json
+	// keeps invalid bytes): it ends up in Parquet string columns.
 	r := &Response{
-		Content:      ch.Message.Content,
-		Reasoning:    ch.Message.ReasoningContent,
-		FinishReason: ch.FinishReason,
-		Model:        wc.Model,
+		Content:      validUTF8(ch.Message.Content),
+		Reasoning:    validUTF8(ch.Message.ReasoningContent),
+		FinishReason: validUTF8(ch.FinishReason),
+		Model:        validUTF8(wc.Model),
 	}
 	if r.Reasoning == "" {
-		r.Reasoning = ch.Message.Reasoning
+		r.Reasoning = validUTF8(ch.Message.Reasoning)
 	}
 	for i, tc := range ch.Message.ToolCalls {
 		if tc.Type != "" && tc.Type != "function" {
@@ -175,7 +193,7 @@ func decodeCompletion(raw []byte) (*Response, error) {
 		} else if args == "null" {
 			args = ""
 		}
-		r.ToolCalls = append(r.ToolCalls, schemas.ToolCall{ID: id, Name: tc.Function.Name, Arguments: args})
+		r.ToolCalls = append(r.ToolCalls, schemas.ToolCall{ID: validUTF8(id), Name: validUTF8(tc.Function.Name), Arguments: validUTF8(args)})
 	}
 	if wc.Usage != nil {
 		r.PromptTokens = wc.Usage.PromptTokens
@@ -184,6 +202,38 @@ func decodeCompletion(raw []byte) (*Response, error) {
 		r.UsageMissing = true
 	}
 	return r, nil
+}
+
+// validUTF8 replaces each byte of s that is not part of valid UTF-8 by
+// U+FFFD, as encoding/json does when it decodes a string.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b = utf8.AppendRune(b, utf8.RuneError)
+		} else {
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return string(b)
+}
+
+// unmarshalCompletion decodes raw with goccy/go-json. A panic in the
+// decoder becomes an error: a malformed reply must fail its attempt, not
+// the process.
+func unmarshalCompletion(raw []byte) (wc wireCompletion, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			wc, err = wireCompletion{}, fmt.Errorf("decoder failed: %v", p)
+		}
+	}()
+	err = gojson.Unmarshal(raw, &wc)
+	return wc, err
 }
 
 // appendRequest appends w's JSON encoding, byte for byte what

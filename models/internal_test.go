@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -206,7 +207,17 @@ func TestDecodeCompletion(t *testing.T) {
 			func(r *Response) bool { return len(r.ToolCalls) == 0 }},
 		{"reasoning", `{"choices":[{"message":{"content":"4","reasoning":"2+2"}}]}`, false,
 			func(r *Response) bool { return r.Reasoning == "2+2" }},
+		{"invalid UTF-8 becomes U+FFFD", "{\"choices\":[{\"message\":{\"content\":\"a\xffb\xc3\"}}]}", false,
+			func(r *Response) bool { return r.Content == "a\uFFFDb\uFFFD" }},
+		{"lone surrogate escape", `{"choices":[{"message":{"content":"x\ud800y"}}]}`, false,
+			func(r *Response) bool { return r.Content == "x\uFFFDy" }},
+		{"escapes", `{"choices":[{"message":{"content":"\"\u00e9\n\ud83d\ude00"}}]}`, false,
+			func(r *Response) bool { return r.Content == "\"é\n😀" }},
+		{"fields matched without case", `{"CHOICES":[{"Message":{"Content":"hi"}}]}`, false,
+			func(r *Response) bool { return r.Content == "hi" }},
 		{"no choices", `{"choices":[]}`, true, nil},
+		{"null", `null`, true, nil},
+		{"trailing garbage", `{"choices":[{"message":{"content":"hi"}}]} x`, true, nil},
 		{"wrong shape", `{"choices":"x"}`, true, nil},
 		{"not json", `<html>`, true, nil},
 		{"empty", ``, true, nil},
@@ -257,6 +268,26 @@ func FuzzServerMessage(f *testing.F) {
 	})
 }
 
+// TestDecodeCompletionRejectsTruncation cuts real-shaped bodies at every
+// byte: each cut must fail, so that a reply cut off in transit is retried
+// rather than read as a shorter answer.
+func TestDecodeCompletionRejectsTruncation(t *testing.T) {
+	bodies := []string{
+		`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"The answer is <answer>42</answer>.","reasoning_content":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":80,"completion_tokens":10,"total_tokens":90},"prompt_logprobs":null}`,
+		`{"model":"m","choices":[{"message":{"content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"search","arguments":"{\"query\":\"x\"}"}}]},"finish_reason":"tool_calls"}],"system_fingerprint":{"a":[1,2,{"b":"c"}]}}`,
+	}
+	for _, b := range bodies {
+		if _, err := decodeCompletion([]byte(b)); err != nil {
+			t.Fatalf("whole body: %v", err)
+		}
+		for n := range len(b) {
+			if r, err := decodeCompletion([]byte(b[:n])); err == nil {
+				t.Fatalf("body cut at %d of %d (%q) decoded as %+v", n, len(b), b[max(0, n-20):n], r)
+			}
+		}
+	}
+}
+
 func FuzzDecodeCompletion(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}`,
@@ -267,6 +298,19 @@ func FuzzDecodeCompletion(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := decodeCompletion(body)
+		// The reference: encoding/json, read the same way.
+		var wc wireCompletion
+		want, werr := (*Response)(nil), json.Unmarshal(body, &wc)
+		if werr == nil {
+			want, werr = fromWire(&wc)
+		}
+		// Whatever encoding/json reads, this reads alike. It may accept
+		// more: goccy/go-json skips the values of keys it does not read
+		// without checking them (a truncated body still fails, see
+		// TestDecodeCompletionRejectsTruncation).
+		if werr == nil && (err != nil || !reflect.DeepEqual(r, want)) {
+			t.Fatalf("decoded %+v (error %v), encoding/json %+v", r, err, want)
+		}
 		if err == nil && r == nil {
 			t.Fatal("nil response without error")
 		}
