@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/whalerun/whale/schemas"
 )
 
 // MessageShape is one chat message as hooks build it: the dict form of
@@ -320,6 +320,15 @@ func defaultOnError(_ context.Context, _ *Harness, args []any) (any, error) {
 	return what + ". Please reply again, following the required format.", nil
 }
 
+// appendDefaultContext is the result of the default build_messages in its
+// record: the context is SYSTEM_PROMPT and the transcript, both in the
+// rollout row already, so the record gives its length only.
+func appendDefaultContext(w *limitWriter, n int) {
+	w.b = append(w.b, "default context, "...)
+	w.b = strconv.AppendInt(w.b, int64(n), 10)
+	w.b = append(w.b, " messages"...)
+}
+
 func defaultShouldStop(context.Context, *Harness, []any) (any, error) { return false, nil }
 
 // BuildMessages calls build_messages with st, as Call(ctx,
@@ -340,22 +349,10 @@ func (h *Harness) BuildMessages(ctx context.Context, st *State) (v any, def bool
 		h.record(c, start, []any{st}, err, nil)
 		return nil, false, err
 	}
-	sys := h.String("SYSTEM_PROMPT")
-	h.record(c, start, []any{st}, nil, func(w *limitWriter) {
-		// As summarize renders the default's list of message dicts.
-		if !w.str("[") {
-			return
-		}
-		if sys != "" {
-			summarizeMessage(w, &schemas.Message{Role: "system", Content: sys})
-		}
-		for i := range st.messages {
-			if (i > 0 || sys != "") && !w.str(", ") {
-				return
-			}
-			summarizeMessage(w, &st.messages[i])
-		}
-		w.str("]")
-	})
+	n := len(st.messages)
+	if h.String("SYSTEM_PROMPT") != "" {
+		n++
+	}
+	h.record(c, start, []any{st}, nil, func(w *limitWriter) { appendDefaultContext(w, n) })
 	return nil, true, nil
 }

@@ -274,7 +274,11 @@ func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, erro
 			Output:   info.output,
 			Err:      err,
 		}
-		rec.render(spec.Params, args, result)
+		if list, ok := result.([]any); ok && c.fn == nil && c.defaultContext {
+			rec.renderWith(spec.Params, args, func(w *limitWriter) { appendDefaultContext(w, len(list)) })
+		} else {
+			rec.render(spec.Params, args, result)
+		}
 		h.recorder(rec)
 	}
 	return result, err

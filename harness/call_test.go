@@ -381,7 +381,8 @@ def parse_action(text, state):
 	if failed.Err == nil || failed.Result != "" {
 		t.Errorf("failed record %+v", failed)
 	}
-	if !def.Default || def.Steps != 0 || def.Result != "False" {
+	// A Go default's record names the state and does not summarize it.
+	if !def.Default || def.Steps != 0 || def.Result != "False" || def.Args != "state" || def.TraceEvent(0).Action != "should_stop(state)" {
 		t.Errorf("default record %+v", def)
 	}
 	ev := failed.TraceEvent(3)

@@ -151,6 +151,9 @@ func TestStateMatchesDict(t *testing.T) {
 			if len(recs) != 2 || recs[1].Args != recs[0].Args || recs[1].Result != recs[0].Result || !recs[1].Default {
 				t.Errorf("BuildMessages recorded %+v, Call %+v", recs[1:], recs[:1])
 			}
+			if n := len(wantMsgs.([]any)); len(recs) == 2 && recs[1].Result != fmt.Sprintf("default context, %d messages", n) {
+				t.Errorf("BuildMessages recorded the result %q for %d messages", recs[1].Result, n)
+			}
 			// Summaries under any bound, cached or not.
 			for _, n := range []int{1, 10, 17, 40, 80, 120, 121, 200, 240, 5000} {
 				want := Summarize(wantPlain, n)

@@ -102,7 +102,7 @@ func (r *CallRecord) renderWith(params []string, args []any, result func(*limitW
 	w.b = append(w.b, r.Hook...)
 	w.b = append(w.b, '(')
 	argsAt := len(w.b)
-	fresh := w.appendArgs(params, args)
+	fresh := w.appendArgs(params, args, r.Default)
 	argsEnd := len(w.b)
 	w.b = append(w.b, ')')
 	actionEnd := len(w.b)
@@ -132,19 +132,26 @@ type freshSummary struct {
 func summarizeArgs(params []string, args []any) string {
 	w := newLimitWriter()
 	defer w.free()
-	w.appendArgs(params, args)
+	w.appendArgs(params, args, false)
 	return w.string()
 }
 
 // appendArgs appends "name=value, ..." with each value summarized. A
 // state's summary is rendered once per change (see State.summarize); fresh
-// says where one was rendered in place.
-func (w *limitWriter) appendArgs(params []string, args []any) (fresh freshSummary) {
+// says where one was rendered in place. With byName (a Go default's
+// record) the state parameter is written as its name alone: what a
+// documented default does with it says nothing the neighbouring records
+// and the transcript do not, and its summary was a third of a trace's
+// text and of the cost of recording it.
+func (w *limitWriter) appendArgs(params []string, args []any, byName bool) (fresh freshSummary) {
 	for i, a := range args {
 		if i > 0 {
 			w.b = append(w.b, ", "...)
 		}
 		w.b = append(w.b, params[i]...)
+		if byName && params[i] == "state" {
+			continue
+		}
 		w.b = append(w.b, '=')
 		if st, ok := a.(*State); ok {
 			if st.summaryLen == summaryLen/2 {
