@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
 )
 
 // MessageShape is one chat message as hooks build it: the dict form of
