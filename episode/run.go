@@ -91,6 +91,11 @@ type loop struct {
 	fmtRetries int
 	illRetries int
 
+	// args holds a hook call's arguments and seed a model call's seed, so
+	// that neither is allocated per call (see call).
+	args [3]any
+	seed int64
+
 	turn  int // the model call the current events belong to (1-based; 0 before the first)
 	trace []schemas.TraceEvent
 	res   Result
@@ -206,8 +211,8 @@ func (l *loop) step() *ending {
 		}
 	}
 
-	seed := l.cfg.Seed + int64(l.res.Turns)
-	resp, err := l.m.Chat(l.ctx, models.Request{Messages: msgs, Tools: l.tools, Sampling: l.sampling, Seed: &seed})
+	l.seed = l.cfg.Seed + int64(l.res.Turns)
+	resp, err := l.m.Chat(l.ctx, models.Request{Messages: msgs, Tools: l.tools, Sampling: l.sampling, Seed: &l.seed})
 	if err != nil {
 		return l.fail("model", err)
 	}
@@ -511,7 +516,18 @@ func plainToToolCall(v any, tc *schemas.ToolCall) bool {
 }
 
 func (l *loop) call(hook string, args ...any) (any, *ending) {
-	v, err := l.h.Call(l.ctx, hook, args...)
+	// The hook's arguments go through l.args: a variadic slice handed to
+	// the harness escapes, and allocating one per hook call was a tenth
+	// of an episode's allocations.
+	var buf []any
+	if len(args) <= len(l.args) {
+		buf = l.args[:len(args)]
+		defer clear(buf)
+	} else {
+		buf = make([]any, len(args))
+	}
+	copy(buf, args)
+	v, err := l.h.Call(l.ctx, hook, buf...)
 	if err != nil {
 		return nil, l.fail("hook "+hook, err)
 	}
