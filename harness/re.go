@@ -175,11 +175,10 @@ func reFunc(name string, flagsAt int, op reOp) *starlark.Builtin {
 		case *rePattern:
 			p = x
 		case starlark.String:
-			rx, err := compileRE(fn, string(x), flags, modeSearch)
-			if err != nil {
+			var err error
+			if p, err = sharedPattern(fn, string(x), flags); err != nil {
 				return nil, err
 			}
-			p = &rePattern{rx: rx, src: string(x), flags: flags}
 		default:
 			return nil, fmt.Errorf("%s: pattern must be a string, got %s", fn, args[0].Type())
 		}
@@ -195,11 +194,40 @@ func reCompile(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "pattern", &pattern, "flags?", &flags); err != nil {
 		return nil, err
 	}
-	rx, err := compileRE(b.Name(), pattern, flags, modeSearch)
+	return sharedPattern(b.Name(), pattern, flags)
+}
+
+var (
+	patCache     sync.Map // patKey → *rePattern
+	patCacheSize atomic.Int64
+)
+
+type patKey struct {
+	src   string
+	flags int
+}
+
+// sharedPattern is the re.Pattern for src and flags. Patterns are
+// immutable, so one serves every call and thread: re.search(r"...", text)
+// in a hook allocated a new one per call.
+func sharedPattern(fn, src string, flags int) (*rePattern, error) {
+	k := patKey{src, flags}
+	if v, ok := patCache.Load(k); ok {
+		return v.(*rePattern), nil
+	}
+	rx, err := compileRE(fn, src, flags, modeSearch)
 	if err != nil {
 		return nil, err
 	}
-	return &rePattern{rx: rx, src: pattern, flags: flags}, nil
+	p := &rePattern{rx: rx, src: src, flags: flags}
+	if patCacheSize.Load() < maxCachedRE {
+		v, loaded := patCache.LoadOrStore(k, p)
+		if loaded {
+			return v.(*rePattern), nil
+		}
+		patCacheSize.Add(1)
+	}
+	return p, nil
 }
 
 func reEscape(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -212,10 +240,20 @@ func reEscape(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwar
 
 func reSearch(mode reMode) reOp {
 	return func(_ *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		var s string
-		if err := starlark.UnpackArgs(fn, args, kwargs, "string", &s); err != nil {
-			return nil, err
+		// The common call, one positional string, without UnpackArgs
+		// (whose target escapes: an allocation per call).
+		str, ok := starlark.String(""), false
+		if len(args) == 1 && len(kwargs) == 0 {
+			str, ok = args[0].(starlark.String)
 		}
+		if !ok {
+			var s string
+			if err := starlark.UnpackArgs(fn, args, kwargs, "string", &s); err != nil {
+				return nil, err
+			}
+			str = starlark.String(s)
+		}
+		s := string(str)
 		rx, err := p.variant(fn, mode)
 		if err != nil {
 			return nil, err
@@ -661,8 +699,15 @@ func (m *reMatch) group(fn string, args starlark.Tuple, kwargs []starlark.Tuple)
 	if len(kwargs) > 0 {
 		return nil, fmt.Errorf("%s: unexpected keyword arguments", fn)
 	}
-	if len(args) == 0 {
+	switch len(args) {
+	case 0:
 		return m.groupValue(0), nil
+	case 1:
+		g, err := m.groupIndex(args[0])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fn, err)
+		}
+		return m.groupValue(g), nil
 	}
 	out := make(starlark.Tuple, len(args))
 	for i, a := range args {
@@ -671,9 +716,6 @@ func (m *reMatch) group(fn string, args starlark.Tuple, kwargs []starlark.Tuple)
 			return nil, fmt.Errorf("%s: %w", fn, err)
 		}
 		out[i] = m.groupValue(g)
-	}
-	if len(out) == 1 {
-		return out[0], nil
 	}
 	return out, nil
 }

@@ -75,6 +75,12 @@ func TestRE(t *testing.T) {
 		{`re.compile(r"a+").pattern`, `"a+"`},
 		{`re.search(re.compile("b"), "ab").span()`, `(1, 2)`},
 		{`re.compile(r"(\d)").split("a1b")`, `["a", "1", "b"]`},
+		// patterns are shared; one-argument group and search's fast paths
+		{`re.compile(r"x+") == re.compile(r"x+")`, `True`},
+		{`re.compile(r"x+") == re.compile(r"x+", re.I)`, `False`},
+		{`re.search(r"(?P<n>\d+)", "ab 42").group("n")`, `"42"`},
+		{`re.search(r"(\d)", "a1").group(1, 1)`, `("1", "1")`},
+		{`re.compile(r"\d").search(string="a1").group()`, `"1"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
@@ -107,6 +113,8 @@ func TestREErrors(t *testing.T) {
 		{`re.search(r"(a)", "a").group(2)`, Options{}, []string{"no such group"}},
 		{`re.search(r"(a)", "a")["x"]`, Options{}, []string{"no such group"}},
 		{`re.search(1, "a")`, Options{}, []string{"pattern must be a string"}},
+		{`re.search("a", 1)`, Options{}, []string{"re.search", "string"}},
+		{`re.compile("a").search("a", "b")`, Options{}, []string{"re.Pattern.search", "want at most 1"}},
 		{`re.findall("a", "a" * 20)`, Options{MaxValueItems: 10}, []string{"more than 10 matches"}},
 		{`re.sub("a", "bbbb", "a" * 100)`, Options{MaxStringBytes: 100}, []string{"more than the limit of 100 bytes"}},
 		{`re.split("a", "a" * 20)`, Options{MaxValueItems: 10}, []string{"more than 10 matches"}},
