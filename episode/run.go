@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/models"
@@ -158,7 +159,7 @@ func (l *loop) setup() *ending {
 	if err != nil {
 		return l.fail("environment", fmt.Errorf("reset: %w", err))
 	}
-	l.event(KindEnv, "reset", string(harness.AppendSummary(append(make([]byte, 0, 64), "observation: "...), obs, clipShort)))
+	l.event(KindEnv, "reset", bytesString(harness.AppendSummary(append(make([]byte, 0, 64), "observation: "...), obs, clipShort)))
 	text, e := l.callString("format_observation", obs)
 	if e != nil {
 		return e
@@ -746,14 +747,14 @@ func toolAction(a harness.Action) string {
 		b = append(b, " id="...)
 		b = append(b, a.ID...)
 	}
-	return string(b)
+	return bytesString(b)
 }
 
 // quoted is prefix then s, clipped to clipShort and quoted.
 func quoted(prefix, s string) string {
 	b := make([]byte, 0, len(prefix)+min(len(s), clipShort)+8)
 	b = append(b, prefix...)
-	return string(appendQuotedClip(b, s, clipShort))
+	return bytesString(appendQuotedClip(b, s, clipShort))
 }
 
 // appendQuotedClip appends strconv.Quote(clip(s, n)).
@@ -803,7 +804,7 @@ func stepSummary(st Step) string {
 		b = append(b, "observation: "...)
 		b = harness.AppendSummary(b, st.Observation, clipShort)
 	}
-	return string(b)
+	return bytesString(b)
 }
 
 // sep separates the parts of a step's summary.
@@ -871,6 +872,12 @@ func decodeMeta(meta string) (map[string]any, error) {
 	}
 	return nil, fmt.Errorf("want a JSON object, got %s", clip(meta, 40))
 }
+
+// bytesString is b as a string without copying it. Only for a buffer the
+// caller made for this string and drops: the trace's texts are built in
+// their own buffers, and copying each into a string doubled their
+// allocations.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // clip cuts s to at most n bytes on a rune boundary, marking the cut.
 func clip(s string, n int) string {
