@@ -63,7 +63,7 @@ func NewWriter[T any](w io.Writer, table Table, opts WriterOptions) (*Writer[T],
 		return nil, fmt.Errorf("new %s writer: negative row-group bound (rows %d, bytes %d)", table.Name, opts.RowGroupRows, opts.RowGroupBytes)
 	}
 	cfg := []parquet.WriterOption{
-		parquet.Compression(&parquet.Zstd),
+		parquet.Compression(parquetZstd),
 		parquet.KeyValueMetadata(MetaTable, table.Name),
 		parquet.KeyValueMetadata(MetaSchemaVersion, strconv.Itoa(table.Version)),
 	}
