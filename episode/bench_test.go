@@ -1,13 +1,9 @@
 package episode
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,39 +116,13 @@ func benchRunEpisode(b *testing.B, src string, handler modeltest.Handler, calls 
 	for i, r := range reqs {
 		bodies[i] = r.Raw
 	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchConcurrency + 4}}
-	url := srv.URL + "/chat/completions"
-	bare := func(i int64) error {
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(bodies[i%int64(calls)]))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		res, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer res.Body.Close()
-		var out struct {
-			Model   string `json:"model"`
-			Choices []struct {
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-				FinishReason string `json:"finish_reason"`
-			} `json:"choices"`
-		}
-		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		if res.StatusCode != http.StatusOK || len(out.Choices) != 1 {
-			return fmt.Errorf("bare: status %d, %d choices", res.StatusCode, len(out.Choices))
-		}
-		return nil
-	}
+	bare := modeltest.NewBare(srv, benchConcurrency)
 	runBare := func(n int) time.Duration {
-		return runParallel(b, n, benchConcurrency, bare)
+		d, err := bare.Run(context.Background(), bodies, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
 	}
 	maxTokens := int64(h.Int("MAX_TOKENS"))
 	viaClient := func(i int64) error {

@@ -19,36 +19,82 @@ import (
 
 // BenchmarkRolloutStage measures episodes per second through the whole
 // stage (tasks read, harness hooks, model calls, Parquet rows, upload,
-// commit) on mem://: "http" against a zero-latency fake server through
-// the real models.Client, "inprocess" with a fake in-process model, which
-// leaves the stage's own cost.
+// commit) on mem://, 4096 one-call episodes per run. "http" runs against
+// a zero-latency fake server through the real models.Client and, in the
+// same process and alternating with the stage, a bare HTTP loop (see
+// modeltest.Bare) sending the same request body as many times: ratio is
+// the stage's episodes/s over the bare loop's calls/s, what the pipeline
+// sustains of what the endpoint could serve. "inprocess" has a fake
+// in-process model, which leaves the stage's own cost.
 func BenchmarkRolloutStage(b *testing.B) {
-	const n, g = 64, 8
-	for _, c := range []struct {
-		name  string
-		model func(b *testing.B) episode.Chatter
-	}{
-		{"http", func(b *testing.B) episode.Chatter {
-			srv := modeltest.NewServer(b, modeltest.Always(modeltest.Reply{Content: "<answer>a1</answer>"}))
-			return stagetest.Client(b, srv, model, 64)
-		}},
-		{"inprocess", func(*testing.B) episode.Chatter { return stagetest.FakeChatter{Model: model} }},
-	} {
-		b.Run(c.name, func(b *testing.B) {
+	const n, g = 512, 8
+	for _, inprocess := range []bool{false, true} {
+		name := "http"
+		if inprocess {
+			name = "inprocess"
+		}
+		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			s := openStore(b, "mem://")
 			stagetest.ImportTasks(b, s, "train", tasks(n), n)
-			st := &Stage{Domain: stagetest.FakeDomain{}, Model: c.model(b), Concurrency: 16, Log: quiet}
+			var (
+				srv *modeltest.Server
+				m   episode.Chatter = stagetest.FakeChatter{Model: model}
+			)
+			if !inprocess {
+				srv = modeltest.NewServer(b, modeltest.Always(modeltest.Reply{Content: "<answer>a1</answer>"}))
+				m = stagetest.Client(b, srv, model, 64)
+			}
+			st := &Stage{Domain: stagetest.FakeDomain{}, Model: m, Concurrency: 16, Log: quiet}
 			cfg := Config{Domain: "fake", Harness: "h0", ModelName: model, Samples: g}
 			i := 0
-			for b.Loop() {
+			run := func() time.Duration {
 				i++
+				start := time.Now()
 				res, err := stages.Execute(ctx, s, spec(fmt.Sprintf("r%03d-w01", i), cfg, 1, 1, 0), st)
 				if err != nil || !res.Committed {
 					b.Fatal(res, err)
 				}
+				return time.Since(start)
 			}
-			b.ReportMetric(float64(i*n*g)/b.Elapsed().Seconds(), "episodes/s")
+			var bare *modeltest.Bare
+			var body [][]byte
+			if !inprocess {
+				run() // warm up; its first request is the bare loop's body
+				body = [][]byte{srv.Requests()[0].Raw}
+				srv.Record(false)
+				bare = modeltest.NewBare(srv, 16)
+			}
+			var stageTime, bareTime time.Duration
+			b.ResetTimer()
+			runBare := func() {
+				if bare != nil {
+					d, err := bare.Run(ctx, body, n*g)
+					if err != nil {
+						b.Fatal(err)
+					}
+					bareTime += d
+				}
+			}
+			for k := 0; b.Loop(); k++ {
+				// Alternate which goes first, so that load from elsewhere
+				// on the machine hits both alike.
+				if k%2 == 1 {
+					runBare()
+				}
+				stageTime += run()
+				if k%2 == 0 {
+					runBare()
+				}
+			}
+			rate := float64(i*n*g) / stageTime.Seconds()
+			if !inprocess {
+				rate = float64((i-1)*n*g) / stageTime.Seconds()
+				bareRate := float64((i-1)*n*g) / bareTime.Seconds()
+				b.ReportMetric(bareRate, "bare_calls/s")
+				b.ReportMetric(rate/bareRate, "ratio")
+			}
+			b.ReportMetric(rate, "episodes/s")
 		})
 	}
 }
