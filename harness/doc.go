@@ -35,7 +35,12 @@
 //     change, and an argument that the hook's code never names is not
 //     converted at all (it cannot be observed; only its size is checked).
 //   - Every call is reported to the Recorder (Options.Recorder or
-//     WithRecorder) as a CallRecord, which renders as a schemas.TraceEvent.
+//     WithRecorder) as a CallRecord, which renders as a schemas.TraceEvent:
+//     the hook, its arguments and result summarized, the Starlark steps or
+//     "default", the time taken. A Go default's record names the state
+//     argument without summarizing it ("should_stop(state)"), and the
+//     default build_messages's result reads "default context, N messages":
+//     both are documented behaviour over what the transcript already holds.
 //   - Memory: Starlark has no memory limit. The step limit bounds how many
 //     operations run, and the runtime bounds what it hands out: builtin
 //     string results (MaxStringBytes), converted values (MaxValueBytes,
