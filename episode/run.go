@@ -75,6 +75,7 @@ type loop struct {
 	// defaultSystem is SYSTEM_PROMPT as a message, nil when empty: the
 	// head of the default context.
 	defaultSystem *schemas.Message
+	sysMsg        schemas.Message // what defaultSystem points to
 	// system is what Result.Messages starts with: the system message of
 	// the first call once there was one.
 	system *schemas.Message
@@ -93,9 +94,11 @@ type loop struct {
 	illRetries int
 
 	// args holds a hook call's arguments and seed a model call's seed, so
-	// that neither is allocated per call (see call).
-	args [3]any
-	seed int64
+	// that neither is allocated per call (see call); the loop is on the
+	// heap already, and nothing keeps these past a call.
+	args      [3]any
+	seed      int64
+	maxTokens int64 // MAX_TOKENS, when the config sets no max tokens
 
 	turn  int // the model call the current events belong to (1-based; 0 before the first)
 	trace []schemas.TraceEvent
@@ -133,10 +136,12 @@ func (l *loop) setup() *ending {
 	l.illegalBudget = l.h.Int("ILLEGAL_RETRIES")
 	l.sampling = l.cfg.Sampling
 	if l.sampling.MaxTokens == nil {
-		l.sampling.MaxTokens = models.Ptr(int64(l.h.Int("MAX_TOKENS")))
+		l.maxTokens = int64(l.h.Int("MAX_TOKENS"))
+		l.sampling.MaxTokens = &l.maxTokens
 	}
 	if sys := l.h.String("SYSTEM_PROMPT"); sys != "" {
-		l.defaultSystem = &schemas.Message{Role: "system", Content: sys}
+		l.sysMsg = schemas.Message{Role: "system", Content: sys}
+		l.defaultSystem = &l.sysMsg
 	}
 	l.system = l.defaultSystem
 	// As many events and messages as the last episode had: the episodes
