@@ -126,11 +126,11 @@ func (l *loop) fail(part string, err error) *ending {
 }
 
 func (l *loop) setup() *ending {
-	meta, err := sharedMeta(l.task.Meta)
+	meta, err := sharedHookMeta(l.dom, l.task.Meta)
 	if err != nil {
 		return l.fail("task", fmt.Errorf("task %s: meta: %w", l.task.ID, err))
 	}
-	l.st = harness.NewState(map[string]any{"id": l.task.ID, "question": l.task.Question, "meta": hookMeta(l.dom, meta)})
+	l.st = harness.NewState(map[string]any{"id": l.task.ID, "question": l.task.Question, "meta": meta})
 	l.maxTurns = l.h.Int("MAX_TURNS")
 	l.formatBudget = l.h.Int("FORMAT_RETRIES")
 	l.illegalBudget = l.h.Int("ILLEGAL_RETRIES")
@@ -820,24 +820,29 @@ func sep(b []byte) []byte {
 	return b
 }
 
-// metaCache holds decoded task metas by their JSON text: every sample of a
-// task has the same, and decoding it again for each episode cost more than
-// the episode's default hooks. Entries are shared by concurrent episodes
-// and never modified: harness hooks get converted copies and Go defaults
-// do not modify their arguments.
+// metaCache holds tasks' metas as hooks see them (decoded, reference
+// answers dropped, filtered by the domain), by domain and JSON text: every
+// sample of a task has the same, and decoding and filtering it again for
+// each episode cost more than the episode's default hooks. Entries are
+// shared by concurrent episodes and never modified: harness hooks get
+// converted copies and Go defaults do not modify their arguments.
 var metaCache struct {
 	sync.Mutex
-	m map[string]map[string]any
+	m map[metaKey]map[string]any
 }
+
+type metaKey struct{ domain, meta string }
 
 // maxCachedMetas bounds metaCache; it is emptied when full, which costs one
 // decode per task afterwards.
 const maxCachedMetas = 4096
 
-// sharedMeta is decodeMeta with plain numbers, from metaCache when it can.
-func sharedMeta(meta string) (map[string]any, error) {
+// sharedHookMeta is hookMeta of the decoded meta with plain numbers, from
+// metaCache when it can.
+func sharedHookMeta(dom Domain, meta string) (map[string]any, error) {
+	k := metaKey{dom.Name(), meta}
 	metaCache.Lock()
-	m, ok := metaCache.m[meta]
+	m, ok := metaCache.m[k]
 	metaCache.Unlock()
 	if ok {
 		return m, nil
@@ -846,12 +851,12 @@ func sharedMeta(meta string) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	m = plainNumbers(m).(map[string]any)
+	m = hookMeta(dom, plainNumbers(m).(map[string]any))
 	metaCache.Lock()
 	if metaCache.m == nil || len(metaCache.m) >= maxCachedMetas {
-		metaCache.m = make(map[string]map[string]any)
+		metaCache.m = make(map[metaKey]map[string]any)
 	}
-	metaCache.m[meta] = m
+	metaCache.m[k] = m
 	metaCache.Unlock()
 	return m, nil
 }

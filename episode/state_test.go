@@ -72,6 +72,9 @@ func TestMessagesFromMatchesHarness(t *testing.T) {
 
 type metaFilterDomain struct{ fakeDomain }
 
+// Name differs from fakeDomain's: the loop keeps hook metas by domain name.
+func (metaFilterDomain) Name() string { return "metafilter" }
+
 func (metaFilterDomain) HookMeta(m map[string]any) map[string]any {
 	out := map[string]any{}
 	for k, v := range m {
@@ -107,6 +110,44 @@ func TestHookMetaHidesReferences(t *testing.T) {
 				t.Errorf("the shared meta lost keys")
 			}
 		})
+	}
+}
+
+// The loop decodes and filters a task's meta once per domain and meta
+// text; episodes of the same task share the result.
+func TestSharedHookMeta(t *testing.T) {
+	const meta = `{"source": "nq", "secret": 1, "answer": "x", "n": 2}`
+	tests := []struct {
+		name string
+		dom  Domain
+		want []string
+	}{
+		{"plain domain", &fakeDomain{}, []string{"n", "secret", "source"}},
+		{"filtering domain", &metaFilterDomain{}, []string{"n", "source"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := sharedHookMeta(tt.dom, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := sharedHookMeta(tt.dom, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keys := slices.Sorted(maps.Keys(a)); !slices.Equal(keys, tt.want) {
+				t.Errorf("hooks see %v, want %v", keys, tt.want)
+			}
+			if reflect.ValueOf(a).Pointer() != reflect.ValueOf(b).Pointer() {
+				t.Errorf("the second episode decoded the meta again")
+			}
+			if a["n"] != int64(2) {
+				t.Errorf("n = %#v, want int64 2", a["n"])
+			}
+		})
+	}
+	if _, err := sharedHookMeta(&fakeDomain{}, `[1]`); err == nil {
+		t.Error("a meta that is not an object was accepted")
 	}
 }
 
