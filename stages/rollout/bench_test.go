@@ -105,7 +105,7 @@ func BenchmarkRolloutStage(b *testing.B) {
 // stays within a small margin of the peak of 12.5k.
 func TestRolloutMemoryFlat(t *testing.T) {
 	if testing.Short() {
-		t.Skip("plays 125k episodes (≈30 s on 2 cores); run without -short")
+		t.Skip("plays 125k episodes (≈2 s on 2 cores); run without -short")
 	}
 	ctx := context.Background()
 	s := openStore(t, "mem://")
