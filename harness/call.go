@@ -273,6 +273,7 @@ func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, erro
 			Steps:    info.steps,
 			Output:   info.output,
 			Err:      err,
+			unread:   c.unread,
 		}
 		if list, ok := result.([]any); ok && c.fn == nil && c.defaultContext {
 			rec.renderWith(spec.Params, args, func(w *limitWriter) { appendDefaultContext(w, len(list)) })

@@ -459,3 +459,40 @@ def should_stop(state):
 		t.Errorf("small allocation under a heap limit: %v, %v", v, err)
 	}
 }
+
+// A record shows the state where the hook could see it, and names it
+// alone where it could not: a Go default, or a hook whose code never
+// names the parameter (it gets None).
+func TestRecordShowsTheStateTheHookSaw(t *testing.T) {
+	cases := []struct {
+		name, src, hook string
+		args            func(*State) []any
+		wantArgs        string // exact, or a prefix ending in "{"
+	}{
+		{"harness hook reading the state", "def should_stop(state):\n    return state[\"turn\"] > 3\n", "should_stop",
+			func(st *State) []any { return []any{st} }, `state={`},
+		{"harness hook ignoring the state", "def parse_action(text, state):\n    return {\"kind\": \"answer\", \"answer\": text}\n", "parse_action",
+			func(st *State) []any { return []any{"42", st} }, `text="42", state`},
+		{"Go default", "", "should_stop",
+			func(st *State) []any { return []any{st} }, `state`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var recs []CallRecord
+			h := mustLoad(t, tc.src, Options{}).WithRecorder(func(r CallRecord) { recs = append(recs, r) })
+			st := NewState(map[string]any{"id": "t1", "question": "2+2?", "meta": map[string]any{}})
+			st.SetMessages([]schemas.Message{{Role: "user", Content: "2+2?"}})
+			if _, err := h.Call(bg, tc.hook, tc.args(st)...); err != nil {
+				t.Fatal(err)
+			}
+			got := recs[0].Args
+			if want, prefix := strings.CutSuffix(tc.wantArgs, "{"); prefix {
+				if !strings.HasPrefix(got, tc.wantArgs) || len(got) <= len(want)+2 {
+					t.Errorf("args %q, want a summary after %q", got, want)
+				}
+			} else if got != tc.wantArgs {
+				t.Errorf("args %q, want %q", got, tc.wantArgs)
+			}
+		})
+	}
+}

@@ -37,10 +37,11 @@
 //   - Every call is reported to the Recorder (Options.Recorder or
 //     WithRecorder) as a CallRecord, which renders as a schemas.TraceEvent:
 //     the hook, its arguments and result summarized, the Starlark steps or
-//     "default", the time taken. A Go default's record names the state
-//     argument without summarizing it ("should_stop(state)"), and the
-//     default build_messages's result reads "default context, N messages":
-//     both are documented behaviour over what the transcript already holds.
+//     "default", the time taken. The state argument is named without a
+//     summary where the hook did not see it: a Go default
+//     ("should_stop(state)") or a hook whose code never names it (it got
+//     None). The default build_messages's result reads "default context,
+//     N messages": the transcript already holds it.
 //   - Memory: Starlark has no memory limit. The step limit bounds how many
 //     operations run, and the runtime bounds what it hands out: builtin
 //     string results (MaxStringBytes), converted values (MaxValueBytes,

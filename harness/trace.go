@@ -31,6 +31,9 @@ type CallRecord struct {
 	// action and feedback are the trace event's texts as Call rendered
 	// them; Args and Result are parts of the same string.
 	action, feedback string
+	// unread marks the arguments the hook's code never names (see
+	// appendArgs).
+	unread []bool
 }
 
 // Recorder receives every hook call of a Harness, in the calling goroutine,
@@ -102,7 +105,7 @@ func (r *CallRecord) renderWith(params []string, args []any, result func(*limitW
 	w.b = append(w.b, r.Hook...)
 	w.b = append(w.b, '(')
 	argsAt := len(w.b)
-	fresh := w.appendArgs(params, args, r.Default)
+	fresh := w.appendArgs(params, args, r.Default, r.unread)
 	argsEnd := len(w.b)
 	w.b = append(w.b, ')')
 	actionEnd := len(w.b)
@@ -132,24 +135,28 @@ type freshSummary struct {
 func summarizeArgs(params []string, args []any) string {
 	w := newLimitWriter()
 	defer w.free()
-	w.appendArgs(params, args, false)
+	w.appendArgs(params, args, false, nil)
 	return w.string()
 }
 
 // appendArgs appends "name=value, ..." with each value summarized. A
 // state's summary is rendered once per change (see State.summarize); fresh
-// says where one was rendered in place. With byName (a Go default's
-// record) the state parameter is written as its name alone: what a
-// documented default does with it says nothing the neighbouring records
-// and the transcript do not, and its summary was a third of a trace's
-// text and of the cost of recording it.
-func (w *limitWriter) appendArgs(params []string, args []any, byName bool) (fresh freshSummary) {
+// says where one was rendered in place. A state is written as its
+// parameter's name alone where the hook did not see it: with byName (a Go
+// default's record: what a documented default does with it says nothing
+// the neighbouring records and the transcript do not, and its summary was
+// a third of a trace's text and of the cost of recording it) and where
+// unread says the hook's code never names the parameter (it got None).
+func (w *limitWriter) appendArgs(params []string, args []any, byName bool, unread []bool) (fresh freshSummary) {
 	for i, a := range args {
 		if i > 0 {
 			w.b = append(w.b, ", "...)
 		}
 		w.b = append(w.b, params[i]...)
 		if byName && params[i] == "state" {
+			continue
+		}
+		if _, ok := a.(*State); ok && i < len(unread) && unread[i] {
 			continue
 		}
 		w.b = append(w.b, '=')
