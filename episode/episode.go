@@ -144,6 +144,8 @@ type Config struct {
 }
 
 // Chatter is the part of *models.Client the loop uses; tests may fake it.
+// The request's slices and pointers belong to the loop and hold still only
+// during the call: an implementation that keeps a request copies them.
 type Chatter interface {
 	Chat(ctx context.Context, req models.Request) (*models.Response, error)
 }
