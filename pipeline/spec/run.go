@@ -57,8 +57,14 @@ func Freeze(exp *Experiment, version string, now time.Time) (*Run, error) {
 	return &Run{Spec: *e, SpecDigest: digest, WhaleVersion: version, Created: now.UTC()}, nil
 }
 
-// CheckSame returns nil when exp (normalized) has the digest frozen in run,
+// CheckSame returns nil when exp (normalized) is the spec frozen in run,
 // and a *MismatchError naming the differing fields otherwise.
+//
+// The same digest settles it. Otherwise the stored spec, read into
+// today's Experiment and normalized, is compared with exp: a run frozen by
+// an older whale has no key for the fields added since, so its digest
+// differs from today's for the very same file, yet it is the same
+// experiment when those fields take their defaults in both.
 func CheckSame(run *Run, exp *Experiment) error {
 	e := exp.Clone()
 	e.Normalize()
@@ -69,7 +75,15 @@ func CheckSame(run *Run, exp *Experiment) error {
 	if digest == run.SpecDigest {
 		return nil
 	}
-	return &MismatchError{Run: run.Spec.Name, Stored: run.SpecDigest, Given: digest, Paths: Diff(&run.Spec, e)}
+	stored := run.Spec.Clone()
+	stored.Normalize()
+	paths := Diff(stored, e)
+	if len(paths) == 0 {
+		if now, err := Digest(stored); err == nil && now == digest {
+			return nil
+		}
+	}
+	return &MismatchError{Run: run.Spec.Name, Stored: run.SpecDigest, Given: digest, Paths: paths}
 }
 
 // Digest returns "sha256:<hex>" of CanonicalJSON(e). e is hashed as given;
@@ -122,7 +136,8 @@ func (r *Run) Encode() ([]byte, error) {
 
 // DecodeRun parses run.json and checks that spec_digest matches the stored
 // spec. Unknown fields are errors: a run.json from a newer whale must not be
-// half-understood. name is used in error messages.
+// half-understood; fields it lacks (from an older whale) take Defaults'
+// values. name is used in error messages.
 func DecodeRun(name string, data []byte) (*Run, error) {
 	var envelope struct {
 		Spec json.RawMessage `json:"spec"`
@@ -133,7 +148,9 @@ func DecodeRun(name string, data []byte) (*Run, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
-	var r Run
+	// A run.json from an older whale has no keys for the fields added
+	// since: they read as today's defaults, as they would from its YAML.
+	r := Run{Spec: Defaults()}
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("%s: %w (written by a newer whale?)", name, err)
 	}

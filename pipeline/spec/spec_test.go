@@ -1,6 +1,9 @@
 package spec
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -488,6 +491,83 @@ func TestCheckSameMismatch(t *testing.T) {
 	}
 	if len(me.Paths) != 1 || me.Paths[0] != "rsft.group_size" || !strings.Contains(err.Error(), "rsft.group_size") {
 		t.Errorf("mismatch: %v", err)
+	}
+}
+
+// A run.json written by an older whale lacks the keys of fields added
+// since; re-initializing it from the same file is not a conflict, while a
+// real change still is.
+func TestCheckSameAcrossVersions(t *testing.T) {
+	e := mustParse(t, minimal)
+	r, err := Freeze(e, "v", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := r.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An older whale: no eval.test_every_phase and no rollout object
+	// (fields with defaults, unset in the file), and the digest over what
+	// it wrote.
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	sp := doc["spec"].(map[string]any)
+	ev := sp["eval"].(map[string]any)
+	if ev["test_every_phase"] != true || sp["rollout"] == nil {
+		t.Fatal("fixture: the spec lacks eval.test_every_phase or rollout")
+	}
+	delete(ev, "test_every_phase")
+	delete(sp, "rollout")
+	raw, err := json.Marshal(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := canonicalize(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(c)
+	doc["spec_digest"] = "sha256:" + hex.EncodeToString(sum[:])
+	old, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, err := DecodeRun("run.json", old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev.SpecDigest == r.SpecDigest {
+		t.Fatal("fixture: the older digest equals today's")
+	}
+	// What the older whale did not write reads as today's default.
+	if !prev.Spec.Eval.TestEveryPhase || prev.Spec.Rollout.Shards != 1 {
+		t.Errorf("missing fields read as test_every_phase %v, shards %d; want the defaults", prev.Spec.Eval.TestEveryPhase, prev.Spec.Rollout.Shards)
+	}
+	tests := []struct {
+		name  string
+		spec  string
+		paths []string // nil: same experiment
+	}{
+		{"same file", minimal, nil},
+		{"a changed field", minimal + "rsft: {group_size: 4}\n", []string{"rsft.group_size"}},
+		{"the added field set", minimal + "rollout: {shards: 4}\n", []string{"rollout.shards"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckSame(prev, mustParse(t, tt.spec))
+			var me *MismatchError
+			switch {
+			case tt.paths == nil && err != nil:
+				t.Errorf("CheckSame: %v", err)
+			case tt.paths != nil && !errors.As(err, &me):
+				t.Errorf("CheckSame = %v, want a mismatch in %v", err, tt.paths)
+			case tt.paths != nil && strings.Join(me.Paths, ",") != strings.Join(tt.paths, ","):
+				t.Errorf("mismatch in %v, want %v", me.Paths, tt.paths)
+			}
+		})
 	}
 }
 
