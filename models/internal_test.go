@@ -268,6 +268,23 @@ func FuzzServerMessage(f *testing.F) {
 	})
 }
 
+// The client decodes from a pooled buffer that the next reply overwrites:
+// nothing decoded may point into it.
+func TestDecodeCompletionOwnsItsStrings(t *testing.T) {
+	buf := []byte(`{"model":"m1","choices":[{"message":{"content":"first","reasoning_content":"why","tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}]}`)
+	r, err := decodeCompletion(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf {
+		buf[i] = 'x'
+	}
+	if r.Content != "first" || r.Reasoning != "why" || r.Model != "m1" || r.FinishReason != "stop" ||
+		r.ToolCalls[0].ID != "c1" || r.ToolCalls[0].Name != "f" || r.ToolCalls[0].Arguments != "{}" {
+		t.Fatalf("decoded strings changed with the buffer: %+v", r)
+	}
+}
+
 // TestDecodeCompletionRejectsTruncation cuts real-shaped bodies at every
 // byte: each cut must fail, so that a reply cut off in transit is retried
 // rather than read as a shorter answer.
