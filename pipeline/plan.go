@@ -108,11 +108,17 @@ func (pl *Planner) sizes(ctx context.Context) (sizes, error) {
 
 // Plan reads the run's artifacts and decides its next stage.
 func (pl *Planner) Plan(ctx context.Context) (*Plan, error) {
-	z, err := pl.sizes(ctx)
+	st, err := scan(ctx, pl.Store, pl.Run)
 	if err != nil {
 		return nil, err
 	}
-	st, err := scan(ctx, pl.Store, pl.Run)
+	return pl.planFrom(ctx, st)
+}
+
+// planFrom is Plan over a reading of the run's artifacts that the caller
+// also uses for something else.
+func (pl *Planner) planFrom(ctx context.Context, st *state) (*Plan, error) {
+	z, err := pl.sizes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -165,11 +171,11 @@ func (pl *Planner) PlanAt(ctx context.Context, name, position string) (*Plan, er
 	if err != nil {
 		return nil, err
 	}
-	next, err := pl.Plan(ctx)
+	st, err := scan(ctx, pl.Store, pl.Run)
 	if err != nil {
 		return nil, err
 	}
-	st, err := scan(ctx, pl.Store, pl.Run)
+	next, err := pl.planFrom(ctx, st)
 	if err != nil {
 		return nil, err
 	}

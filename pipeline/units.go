@@ -44,6 +44,35 @@ func Units(ctx context.Context, s *storage.Store, run string) ([]Unit, []string,
 	if err != nil {
 		return nil, nil, err
 	}
+	return st.export(), st.ignored, nil
+}
+
+// Survey is a run as a report shows it: its units (see Units) and what the
+// planner does next, from one reading of its artifacts.
+type Survey struct {
+	Units   []Unit
+	Ignored []string
+	// Plan is what Plan returns for the same reading; nil, with PlanErr
+	// saying why, when the planner cannot decide.
+	Plan    *Plan
+	PlanErr error
+}
+
+// Survey reads the run's committed stages once for both its units and its
+// plan: a report that read them twice would list and read every manifest
+// twice, and could see two different states of a running run.
+func (pl *Planner) Survey(ctx context.Context) (*Survey, error) {
+	st, err := scan(ctx, pl.Store, pl.Run)
+	if err != nil {
+		return nil, err
+	}
+	sv := &Survey{Units: st.export(), Ignored: st.ignored}
+	sv.Plan, sv.PlanErr = pl.planFrom(ctx, st)
+	return sv, nil
+}
+
+// export is the state's units as Units returns them.
+func (st *state) export() []Unit {
 	out := make([]Unit, len(st.units))
 	for i, u := range st.units {
 		out[i] = Unit{Pos: u.pos, Kind: u.kind, Phase: u.phase, Done: u.done(), Stages: maps.Clone(u.stages)}
@@ -58,5 +87,5 @@ func Units(ctx context.Context, s *storage.Store, run string) ([]Unit, []string,
 			out[i].Rollouts = int64(num(counted.Summary, "episodes"))
 		}
 	}
-	return out, st.ignored, nil
+	return out
 }

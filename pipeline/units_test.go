@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -71,6 +72,21 @@ func TestUnits(t *testing.T) {
 			}
 			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Errorf("units:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			// Survey reads the same units, and plans as Plan does.
+			sv, err := r.Planner.Survey(ctx)
+			if err != nil || sv.PlanErr != nil {
+				t.Fatal(err, sv.PlanErr)
+			}
+			if !reflect.DeepEqual(sv.Units, units) {
+				t.Errorf("Survey's units differ from Units'")
+			}
+			p, err := r.Plan(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sv.Plan.Done() != (tc.steps < 0) || sv.Plan.Done() != p.Done() || sv.Plan.Stage != p.Stage || !reflect.DeepEqual(sv.Plan.Decision, p.Decision) {
+				t.Errorf("Survey planned %+v (done %v), Plan %+v (done %v)", sv.Plan.Decision, sv.Plan.Done(), p.Decision, p.Done())
 			}
 		})
 	}

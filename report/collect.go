@@ -230,32 +230,32 @@ func collectRun(ctx context.Context, s *storage.Store, name string) (*Run, error
 	if err != nil {
 		return nil, err
 	}
-	units, ignored, err := pipeline.Units(ctx, s, name)
+	pl := &pipeline.Planner{Store: s, Run: name, Spec: &frozen.Spec}
+	sv, err := pl.Survey(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r, err := build(name, frozen, units)
+	r, err := build(name, frozen, sv.Units)
 	if err != nil {
 		return nil, err
 	}
-	r.Ignored = ignored
-	r.State, r.StateNote = state(ctx, s, name, &frozen.Spec)
+	r.Ignored = sv.Ignored
+	r.State, r.StateNote = state(ctx, pl, sv)
 	return r, nil
 }
 
-// state asks the planner what the run does next.
-func state(ctx context.Context, s *storage.Store, name string, exp *spec.Experiment) (string, string) {
-	pl := pipeline.Planner{Store: s, Run: name, Spec: exp}
-	p, err := pl.Plan(ctx)
-	if err != nil {
-		return StateUnknown, err.Error()
+// state says whether the run is done, or what it does next and who is
+// running it.
+func state(ctx context.Context, pl *pipeline.Planner, sv *pipeline.Survey) (string, string) {
+	if sv.PlanErr != nil {
+		return StateUnknown, sv.PlanErr.Error()
 	}
+	p := sv.Plan
 	if p.Done() {
 		return StateDone, strings.TrimPrefix(p.Decision.Reason, "done: ")
 	}
 	note := fmt.Sprintf("next: %s at %s", p.Stage, p.Decision.Position)
-	rec, ok, err := storage.ReadLease(ctx, s, storage.Join("runs", name, "lease"))
-	if err == nil && ok && rec.Live(time.Now()) {
+	if rec, held, err := pl.LeaseHolder(ctx); err == nil && held {
 		note += fmt.Sprintf(" (running: held by %s on %s)", rec.Holder, rec.Host)
 	}
 	return StateInProgress, note

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
@@ -362,10 +363,7 @@ func frontierFigure(r *Run) (*figure, error) {
 			}
 		}
 		slices.SortFunc(front, func(a, b plotter.XY) int {
-			if a.X != b.X {
-				return cmpFloat(a.X, b.X)
-			}
-			return cmpFloat(a.Y, b.Y)
+			return cmp.Or(cmp.Compare(a.X, b.X), cmp.Compare(a.Y, b.Y))
 		})
 		sc, err := plotter.NewScatter(pts)
 		if err != nil {
@@ -404,16 +402,6 @@ func frontierFigure(r *Run) (*figure, error) {
 		f.Caption += " Phases are told apart by colour; the model's weights change between them, so their scores are not directly comparable."
 	}
 	return f, render(p, f, inches(9), inches(4.6))
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // acceptanceFigure: the filter's acceptance rate per weight step.
