@@ -284,10 +284,11 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 	}
 	r.Label += ")"
 
-	names, err := harnessNames(units)
+	evals, err := decodeEvals(units)
 	if err != nil {
 		return nil, err
 	}
+	names := harnessNames(evals)
 	var spent int64
 	var first, last time.Time
 	for i := range units {
@@ -315,7 +316,7 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 			last = later(last, end)
 		}
 		r.StageSeconds += ru.Seconds
-		if err := fill(&ru, u, names); err != nil {
+		if err := fill(&ru, u, evals[i], names); err != nil {
 			return nil, err
 		}
 		switch u.Kind {
@@ -344,8 +345,8 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 		r.Started, r.Finished = &first, &last
 		r.WallSeconds = last.Sub(first).Seconds()
 	}
-	r.Phases, r.Candidates, err = phases(r.Units, units, names)
-	return r, err
+	r.Phases, r.Candidates = phases(r.Units, evals, names)
+	return r, nil
 }
 
 func later(a, b time.Time) time.Time {
@@ -366,10 +367,10 @@ func stageOrder(u *pipeline.Unit) []string {
 	return out
 }
 
-// harnessNames maps harness ids to the names the search evaluations gave
-// them: a test or a rollout knows its harness only by id.
-func harnessNames(units []pipeline.Unit) (map[string]string, error) {
-	names := map[string]string{}
+// decodeEvals decodes each unit's evaluate summary once, for the names,
+// the units and the phases; nil where a unit has no evaluation.
+func decodeEvals(units []pipeline.Unit) ([]*evaluate.Frontier, error) {
+	out := make([]*evaluate.Frontier, len(units))
 	for i := range units {
 		m := units[i].Stages[pipeline.StageEvaluate]
 		if m == nil {
@@ -379,13 +380,26 @@ func harnessNames(units []pipeline.Unit) (map[string]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Dir, err)
 		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+// harnessNames maps harness ids to the names the search evaluations gave
+// them: a test or a rollout knows its harness only by id.
+func harnessNames(evals []*evaluate.Frontier) map[string]string {
+	names := map[string]string{}
+	for _, f := range evals {
+		if f == nil {
+			continue
+		}
 		for _, c := range f.Candidates {
 			if c.Name != "" && !strings.HasPrefix(c.Name, "sha256:") {
 				names[c.HarnessID] = c.Name
 			}
 		}
 	}
-	return names, nil
+	return names
 }
 
 // harnessName is a harness's name, or its short id when no evaluation
@@ -407,8 +421,9 @@ func shortID(id string) string {
 	return id
 }
 
-// fill sets the kind-specific fields of ru from u's summaries.
-func fill(ru *Unit, u *pipeline.Unit, names map[string]string) error {
+// fill sets the kind-specific fields of ru from u's summaries; f is u's
+// decoded evaluation, if any.
+func fill(ru *Unit, u *pipeline.Unit, f *evaluate.Frontier, names map[string]string) error {
 	switch u.Kind {
 	case schedule.KindWeight:
 		if m := u.Stages[pipeline.StageRollout]; m != nil {
@@ -440,16 +455,11 @@ func fill(ru *Unit, u *pipeline.Unit, names map[string]string) error {
 			}
 		}
 	case schedule.KindHarness, schedule.KindTest:
-		m := u.Stages[pipeline.StageEvaluate]
-		if m == nil {
+		if f == nil {
 			if p := u.Stages[pipeline.StagePropose]; p != nil {
 				ru.Note = fmt.Sprintf("proposed %d valid candidate(s); not evaluated yet", int(num(p.Summary, "valid")))
 			}
 			return nil
-		}
-		f, err := evaluate.DecodeSummary(m.Summary)
-		if err != nil {
-			return fmt.Errorf("%s: %w", m.Dir, err)
 		}
 		ru.Model = f.ModelName
 		if u.Kind == schedule.KindTest {
@@ -483,7 +493,7 @@ func fill(ru *Unit, u *pipeline.Unit, names map[string]string) error {
 // phases groups the weight steps and harness iterations into phases and
 // lists every scored search candidate with its phase's frontier and
 // winner, computed over the phase's whole archive as the planner does.
-func phases(rus []Unit, units []pipeline.Unit, names map[string]string) ([]Phase, []Candidate, error) {
+func phases(rus []Unit, evals []*evaluate.Frontier, names map[string]string) ([]Phase, []Candidate) {
 	out := []Phase{}
 	cands := []Candidate{}
 	var archive []metrics.Point // the current harness phase's, in order
@@ -530,13 +540,9 @@ func phases(rus []Unit, units []pipeline.Unit, names map[string]string) ([]Phase
 		if ru.Kind != KindHarness {
 			continue
 		}
-		m := units[i].Stages[pipeline.StageEvaluate]
-		if m == nil {
+		f := evals[i]
+		if f == nil {
 			continue
-		}
-		f, err := evaluate.DecodeSummary(m.Summary)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", m.Dir, err)
 		}
 		for _, c := range f.Candidates {
 			p := metrics.Point{ID: c.HarnessID, Success: c.Success, Turns: c.MeanTurns}
@@ -550,7 +556,7 @@ func phases(rus []Unit, units []pipeline.Unit, names map[string]string) ([]Phase
 		}
 	}
 	closeHarness()
-	return out, cands, nil
+	return out, cands
 }
 
 func ptr[T any](v T) *T { return &v }
