@@ -132,18 +132,13 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	slog.SetDefault(log)
 	defer slog.SetDefault(prev)
 
-	store, err := openRoot(ctx, root)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	board := progress.NewBoard(out)
 	rows := make([]*progress.Row, len(names))
 	for i, n := range names {
 		rows[i] = board.Add(n, exp.Budget.Rollouts)
 	}
 	for i, n := range names {
-		if err := demoRun(ctx, store, n, rows[i], board.Drawing(), log, logFile, out); err != nil {
+		if err := demoRun(ctx, root, n, rows[i], board.Drawing(), logFile, out); err != nil {
 			board.Close()
 			return err
 		}
@@ -235,18 +230,15 @@ func demoLabel(e *spec.Experiment) string {
 
 // demoRun runs one variant to its end, moving its row on the board, or
 // printing a line per test when the board does not draw.
-func demoRun(ctx context.Context, store *storage.Store, name string, row *progress.Row, drawing bool,
-	log *slog.Logger, logFile io.Writer, out io.Writer) error {
-	run, err := pipeline.LoadRun(ctx, store, name)
+//
+// It runs as whale run does (newRunner); the caller has made the default
+// logger write to logFile.
+func demoRun(ctx context.Context, root, name string, row *progress.Row, drawing bool, logFile, out io.Writer) error {
+	r, closeAll, err := newRunner(ctx, runOptions{Root: root, Run: name}, logFile)
 	if err != nil {
 		return err
 	}
-	rt, err := pipeline.NewRuntime(ctx, store, &run.Spec, pipeline.RuntimeOptions{Log: log, Run: name})
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	r := &pipeline.Runner{Planner: pipeline.Planner{Store: store, Run: name, Spec: &run.Spec}, Runtime: rt, Log: log, Out: logFile}
+	defer closeAll()
 	start := time.Now()
 	var spent int64
 	var lastTest, reason string
