@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -138,7 +137,11 @@ func benchRunEpisode(b *testing.B, src string, handler modeltest.Handler, calls 
 		return nil
 	}
 	runClient := func(n int) time.Duration {
-		return runParallel(b, n, benchConcurrency, viaClient)
+		d, err := modeltest.Parallel(n, benchConcurrency, viaClient)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
 	}
 	// Warm the connection pools.
 	runLoop(2 * benchConcurrency)
@@ -210,36 +213,6 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// runParallel runs n calls of f over c goroutines and returns the time
-// taken.
-func runParallel(b testing.TB, n, c int, f func(i int64) error) time.Duration {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	start := time.Now()
-	for range c {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				if err := f(i); err != nil {
-					once.Do(func() { first = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	el := time.Since(start)
-	if first != nil {
-		b.Fatal(first)
-	}
-	return el
 }
 
 // cannedChatter answers every call at once, without HTTP: what remains is

@@ -10,13 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/whalerun/whale/models"
+	"github.com/whalerun/whale/models/modeltest"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -105,30 +104,11 @@ func cpuTime() time.Duration {
 
 // runParallel runs n calls of f over c goroutines and returns the time taken.
 func runParallel(b *testing.B, n, c int, f func(i int64) error) time.Duration {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	start := time.Now()
-	for range c {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					return
-				}
-				if err := f(i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	el := time.Since(start)
-	if err, _ := firstErr.Load().(error); err != nil {
+	d, err := modeltest.Parallel(n, c, f)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return el
+	return d
 }
 
 // BenchmarkChatVsBareHTTP compares Client.Chat with a bare net/http +

@@ -34,19 +34,26 @@ func NewBare(s *Server, concurrency int) *Bare {
 // Run makes n calls, the i-th sending bodies[i%len(bodies)], and returns
 // how long they took. It stops at the first failed call.
 func (b *Bare) Run(ctx context.Context, bodies [][]byte, n int) (time.Duration, error) {
+	return Parallel(n, b.concurrency, func(i int64) error { return b.call(ctx, bodies[i%int64(len(bodies))]) })
+}
+
+// Parallel calls f(0) to f(n-1) from c goroutines and returns how long
+// they took: the loop benchmarks drive the bare loop and whale's client
+// with alike. It stops at the first error and returns it.
+func Parallel(n, c int, f func(i int64) error) (time.Duration, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
 	start := time.Now()
-	for range b.concurrency {
+	for range c {
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(n) {
 					return
 				}
-				if err := b.call(ctx, bodies[i%int64(len(bodies))]); err != nil {
+				if err := f(i); err != nil {
 					once.Do(func() { first = err })
 					return
 				}
