@@ -77,13 +77,14 @@ func CheckSame(run *Run, exp *Experiment) error {
 	}
 	stored := run.Spec.Clone()
 	stored.Normalize()
-	paths := Diff(stored, e)
-	if len(paths) == 0 {
-		if now, err := Digest(stored); err == nil && now == digest {
-			return nil
-		}
+	now, err := Digest(stored)
+	if err != nil {
+		return err
 	}
-	return &MismatchError{Run: run.Spec.Name, Stored: run.SpecDigest, Given: digest, Paths: paths}
+	if now == digest {
+		return nil
+	}
+	return &MismatchError{Run: run.Spec.Name, Stored: run.SpecDigest, Given: digest, Paths: Diff(stored, e)}
 }
 
 // Digest returns "sha256:<hex>" of CanonicalJSON(e). e is hashed as given;

@@ -66,7 +66,6 @@ func BenchmarkRolloutStage(b *testing.B) {
 				bare = modeltest.NewBare(srv, 16)
 			}
 			var stageTime, bareTime time.Duration
-			b.ResetTimer()
 			runBare := func() {
 				if bare != nil {
 					d, err := bare.Run(ctx, body, n*g)
@@ -76,21 +75,21 @@ func BenchmarkRolloutStage(b *testing.B) {
 					bareTime += d
 				}
 			}
-			for k := 0; b.Loop(); k++ {
+			measured := 0
+			for ; b.Loop(); measured++ {
 				// Alternate which goes first, so that load from elsewhere
 				// on the machine hits both alike.
-				if k%2 == 1 {
+				if measured%2 == 1 {
 					runBare()
 				}
 				stageTime += run()
-				if k%2 == 0 {
+				if measured%2 == 0 {
 					runBare()
 				}
 			}
-			rate := float64(i*n*g) / stageTime.Seconds()
+			rate := float64(measured*n*g) / stageTime.Seconds()
 			if !inprocess {
-				rate = float64((i-1)*n*g) / stageTime.Seconds()
-				bareRate := float64((i-1)*n*g) / bareTime.Seconds()
+				bareRate := float64(measured*n*g) / bareTime.Seconds()
 				b.ReportMetric(bareRate, "bare_calls/s")
 				b.ReportMetric(rate/bareRate, "ratio")
 			}
