@@ -585,24 +585,17 @@ func (l *loop) isDefaultContext(v any) bool {
 }
 
 // differsFromDefault returns the index of the first message where msgs
-// differs from the default context (the SYSTEM_PROMPT message, then the
-// transcript), or -1 when they are the same.
+// differs from the default context, or -1 when they are the same.
 func (l *loop) differsFromDefault(msgs []schemas.Message) int {
-	i := 0
-	if l.defaultSystem != nil {
-		if len(msgs) == 0 || !sameMessage(msgs[0], *l.defaultSystem) {
-			return 0
-		}
-		i = 1
-	}
-	for _, m := range l.transcript {
-		if i >= len(msgs) || !sameMessage(msgs[i], m) {
+	want := l.defaultContext()
+	n := min(len(msgs), len(want))
+	for i := range n {
+		if !sameMessage(msgs[i], want[i]) {
 			return i
 		}
-		i++
 	}
-	if i < len(msgs) {
-		return i
+	if len(msgs) != len(want) {
+		return n
 	}
 	return -1
 }

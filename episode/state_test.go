@@ -12,6 +12,7 @@ import (
 
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/models/modeltest"
+	"github.com/whalerun/whale/schemas"
 )
 
 func TestPlainNumbers(t *testing.T) {
@@ -194,5 +195,42 @@ def parse_action(text, state):
 	}
 	if got := res.Messages[1].Content; got != "What is six times seven?" || roles(res.Messages) != "system,user,assistant,user,assistant" {
 		t.Errorf("transcript %v", res.Messages)
+	}
+}
+
+// differsFromDefault names the first message a custom context changes,
+// counting SYSTEM_PROMPT's message as message 0.
+func TestDiffersFromDefault(t *testing.T) {
+	sys := schemas.Message{Role: "system", Content: "sys"}
+	u1 := schemas.Message{Role: "user", Content: "q"}
+	a1 := schemas.Message{Role: "assistant", Content: "a"}
+	other := schemas.Message{Role: "user", Content: "other"}
+	tests := []struct {
+		name   string
+		system bool
+		msgs   []schemas.Message
+		want   int
+	}{
+		{"same", true, []schemas.Message{sys, u1, a1}, -1},
+		{"same without a prompt", false, []schemas.Message{u1, a1}, -1},
+		{"system changed", true, []schemas.Message{other, u1, a1}, 0},
+		{"middle changed", true, []schemas.Message{sys, other, a1}, 1},
+		{"shorter", true, []schemas.Message{sys, u1}, 2},
+		{"longer", false, []schemas.Message{u1, a1, other}, 2},
+		{"empty", true, nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := &loop{all: []schemas.Message{{}, u1, a1}}
+			l.transcript = l.all[1:]
+			if tt.system {
+				l.sysMsg = sys
+				l.defaultSystem = &l.sysMsg
+				l.all[0] = sys
+			}
+			if got := l.differsFromDefault(tt.msgs); got != tt.want {
+				t.Errorf("differsFromDefault = %d, want %d", got, tt.want)
+			}
+		})
 	}
 }
