@@ -345,13 +345,13 @@ func (h *Harness) BuildMessages(ctx context.Context, st *State) (v any, def bool
 	start := time.Now()
 	if err := st.check(newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)); err != nil {
 		err = &HookError{Hook: c.spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", c.spec.Params[0], err), kind: ErrBadArgs}
-		h.record(c, start, []any{st}, err, nil)
+		h.record(c, start, []any{st}, &callInfo{}, err, nil)
 		return nil, false, err
 	}
 	n := len(st.messages)
 	if h.String("SYSTEM_PROMPT") != "" {
 		n++
 	}
-	h.record(c, start, []any{st}, nil, func(w *limitWriter) { appendDefaultContext(w, n) })
+	h.record(c, start, []any{st}, &callInfo{}, nil, func(w *limitWriter) { appendDefaultContext(w, n) })
 	return nil, true, nil
 }

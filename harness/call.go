@@ -266,33 +266,23 @@ func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, erro
 		result, err = h.callDefault(ctx, c, args)
 	}
 	if h.recorder != nil {
-		rec := CallRecord{
-			Hook:     hook,
-			Default:  c.fn == nil,
-			Duration: time.Since(start),
-			Steps:    info.steps,
-			Output:   info.output,
-			Err:      err,
-			unread:   c.unread,
-		}
+		summary := func(w *limitWriter) { summarize(w, result, 0) }
 		if list, ok := result.([]any); ok && c.fn == nil && c.defaultContext {
-			rec.renderWith(spec.Params, args, func(w *limitWriter) { appendDefaultContext(w, len(list)) })
-		} else {
-			rec.render(spec.Params, args, result)
+			summary = func(w *limitWriter) { appendDefaultContext(w, len(list)) }
 		}
-		h.recorder(rec)
+		h.record(c, start, args, &info, err, summary)
 	}
 	return result, err
 }
 
-// record reports a default's call that did not go through Call, with
-// result writing the result's summary.
-func (h *Harness) record(c *hookCall, start time.Time, args []any, err error, result func(*limitWriter)) {
+// record reports a call to the recorder, if any, with result writing the
+// result's summary: Call's, and those of defaults run without Call.
+func (h *Harness) record(c *hookCall, start time.Time, args []any, info *callInfo, err error, result func(*limitWriter)) {
 	if h.recorder == nil {
 		return
 	}
-	rec := CallRecord{Hook: c.spec.Name, Default: true, Duration: time.Since(start), Err: err}
-	rec.renderWith(c.spec.Params, args, result)
+	rec := CallRecord{Hook: c.spec.Name, Default: c.fn == nil, Duration: time.Since(start), Steps: info.steps, Output: info.output, Err: err}
+	rec.render(c.spec.Params, args, c.unread, result)
 	h.recorder(rec)
 }
 

@@ -245,7 +245,7 @@ func BenchmarkSummarizeState(b *testing.B) {
 	st := exampleState(8)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = summarizeArgs([]string{"state"}, []any{st})
+		_ = Summarize(st, summaryLen/2)
 	}
 }
 

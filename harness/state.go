@@ -39,10 +39,11 @@ type State struct {
 
 	// plain is the state as plain Go, nil when something changed since it
 	// was made; plainMsgs are the messages in plain form.
-	plain      map[string]any
-	plainMsgs  []any
-	summary    string
-	summaryLen int // the bound summary was made under; 0: none
+	plain     map[string]any
+	plainMsgs []any
+	// summary is the state's summary in hook records (made under
+	// summaryLen/2, never empty once made), "" until a record needs it.
+	summary string
 
 	// Starlark forms of the messages, from which each call gets copies.
 	starMsgs []messageProto
@@ -116,7 +117,7 @@ func (s *State) SetMessages(msgs []schemas.Message) {
 
 func (s *State) changed() {
 	s.plain = nil
-	s.summaryLen = 0 // none
+	s.summary = ""
 }
 
 // resolve makes p's plain form and size from v.
@@ -212,14 +213,6 @@ func (s *State) plainMap() map[string]any {
 func plainMessage(m *schemas.Message) map[string]any {
 	v, _ := messageMap(m, &budget{maxBytes: math.MaxInt, maxItems: math.MaxInt})
 	return v.(map[string]any)
-}
-
-// summarize is Summarize(s, n), made once per change of the state.
-func (s *State) summarize(n int) string {
-	if s.summaryLen != n {
-		s.summary, s.summaryLen = Summarize(s, n), n
-	}
-	return s.summary
 }
 
 // summarizeInto renders the state as summarize renders its plain map.

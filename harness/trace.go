@@ -31,9 +31,6 @@ type CallRecord struct {
 	// action and feedback are the trace event's texts as Call rendered
 	// them; Args and Result are parts of the same string.
 	action, feedback string
-	// unread marks the arguments the hook's code never names (see
-	// appendArgs).
-	unread []bool
 }
 
 // Recorder receives every hook call of a Harness, in the calling goroutine,
@@ -93,19 +90,15 @@ func appendDuration(b []byte, d time.Duration) []byte {
 }
 
 // render fills Args and Result and renders the trace event's action and
-// feedback, all in one string.
-func (r *CallRecord) render(params []string, args []any, result any) {
-	r.renderWith(params, args, func(w *limitWriter) { summarize(w, result, 0) })
-}
-
-// renderWith is render with the result's summary written by result.
-func (r *CallRecord) renderWith(params []string, args []any, result func(*limitWriter)) {
+// feedback, all in one string; result writes the result's summary, and
+// unread marks the arguments the hook's code never names (see appendArgs).
+func (r *CallRecord) render(params []string, args []any, unread []bool, result func(*limitWriter)) {
 	w := newLimitWriter()
 	defer w.free()
 	w.b = append(w.b, r.Hook...)
 	w.b = append(w.b, '(')
 	argsAt := len(w.b)
-	fresh := w.appendArgs(params, args, r.Default, r.unread)
+	fresh := w.appendArgs(params, args, r.Default, unread)
 	argsEnd := len(w.b)
 	w.b = append(w.b, ')')
 	actionEnd := len(w.b)
@@ -121,7 +114,7 @@ func (r *CallRecord) renderWith(params []string, args []any, result func(*limitW
 	if fresh.st != nil {
 		// The state's summary, new in this record, serves later calls
 		// from the record's string: no copy of its own.
-		fresh.st.summary, fresh.st.summaryLen = s[fresh.at:fresh.end], summaryLen/2
+		fresh.st.summary = s[fresh.at:fresh.end]
 	}
 }
 
@@ -132,16 +125,9 @@ type freshSummary struct {
 	at, end int
 }
 
-func summarizeArgs(params []string, args []any) string {
-	w := newLimitWriter()
-	defer w.free()
-	w.appendArgs(params, args, false, nil)
-	return w.string()
-}
-
 // appendArgs appends "name=value, ..." with each value summarized. A
-// state's summary is rendered once per change (see State.summarize); fresh
-// says where one was rendered in place. A state is written as its
+// state's summary is rendered once per change and kept in State.summary;
+// fresh says where one was rendered in place. A state is written as its
 // parameter's name alone where the hook did not see it: with byName (a Go
 // default's record: what a documented default does with it says nothing
 // the neighbouring records and the transcript do not, and its summary was
@@ -161,7 +147,7 @@ func (w *limitWriter) appendArgs(params []string, args []any, byName bool, unrea
 		}
 		w.b = append(w.b, '=')
 		if st, ok := a.(*State); ok {
-			if st.summaryLen == summaryLen/2 {
+			if st.summary != "" {
 				w.b = append(w.b, st.summary...)
 				continue
 			}
@@ -338,8 +324,7 @@ func summarize(w *limitWriter, v any, depth int) {
 		w.b = strconv.AppendInt(w.b, x, 10)
 		w.check()
 	case int:
-		w.b = strconv.AppendInt(w.b, int64(x), 10)
-		w.check()
+		w.int(x)
 	case float64:
 		w.b = strconv.AppendFloat(w.b, x, 'g', -1, 64)
 		w.check()
