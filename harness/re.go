@@ -46,7 +46,7 @@ const (
 )
 
 var (
-	reCache     sync.Map // reKey → *regexp.Regexp
+	reCache     sync.Map // reKey → *rePattern, rx compiled for the key's mode
 	reCacheSize atomic.Int64
 )
 
@@ -56,10 +56,11 @@ type reKey struct {
 	mode    reMode
 }
 
-func compileRE(fn, pattern string, flags int, mode reMode) (*regexp.Regexp, error) {
+// compileRE is the pattern compiled for mode, from reCache when it can.
+func compileRE(fn, pattern string, flags int, mode reMode) (*rePattern, error) {
 	key := reKey{pattern, flags, mode}
 	if v, ok := reCache.Load(key); ok {
-		return v.(*regexp.Regexp), nil
+		return v.(*rePattern), nil
 	}
 	if len(pattern) > maxPatternBytes {
 		return nil, fmt.Errorf("%s: pattern of %d bytes is more than the limit of %d", fn, len(pattern), maxPatternBytes)
@@ -105,12 +106,15 @@ func compileRE(fn, pattern string, flags int, mode reMode) (*regexp.Regexp, erro
 		}
 		return nil, fmt.Errorf("%s: bad pattern %q: %s", fn, pattern, msg)
 	}
+	p := &rePattern{rx: rx, src: pattern, flags: flags}
 	if reCacheSize.Load() < maxCachedRE {
-		if _, loaded := reCache.LoadOrStore(key, rx); !loaded {
-			reCacheSize.Add(1)
+		v, loaded := reCache.LoadOrStore(key, p)
+		if loaded {
+			return v.(*rePattern), nil
 		}
+		reCacheSize.Add(1)
 	}
-	return rx, nil
+	return p, nil
 }
 
 var reModule = func() *starlarkstruct.Module {
@@ -197,37 +201,11 @@ func reCompile(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 	return sharedPattern(b.Name(), pattern, flags)
 }
 
-var (
-	patCache     sync.Map // patKey → *rePattern
-	patCacheSize atomic.Int64
-)
-
-type patKey struct {
-	src   string
-	flags int
-}
-
 // sharedPattern is the re.Pattern for src and flags. Patterns are
 // immutable, so one serves every call and thread: re.search(r"...", text)
 // in a hook allocated a new one per call.
 func sharedPattern(fn, src string, flags int) (*rePattern, error) {
-	k := patKey{src, flags}
-	if v, ok := patCache.Load(k); ok {
-		return v.(*rePattern), nil
-	}
-	rx, err := compileRE(fn, src, flags, modeSearch)
-	if err != nil {
-		return nil, err
-	}
-	p := &rePattern{rx: rx, src: src, flags: flags}
-	if patCacheSize.Load() < maxCachedRE {
-		v, loaded := patCache.LoadOrStore(k, p)
-		if loaded {
-			return v.(*rePattern), nil
-		}
-		patCacheSize.Add(1)
-	}
-	return p, nil
+	return compileRE(fn, src, flags, modeSearch)
 }
 
 func reEscape(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -540,7 +518,11 @@ func (p *rePattern) variant(fn string, mode reMode) (*regexp.Regexp, error) {
 	if mode == modeSearch {
 		return p.rx, nil
 	}
-	return compileRE(fn, p.src, p.flags, mode)
+	v, err := compileRE(fn, p.src, p.flags, mode)
+	if err != nil {
+		return nil, err
+	}
+	return v.rx, nil
 }
 
 var patternMethods = map[string]reOp{
