@@ -201,11 +201,9 @@ func defaultBuildMessages(_ context.Context, h *Harness, args []any) (any, error
 		return nil, fmt.Errorf("state is %s, want a dict", describe(args[0]))
 	}
 	out := make([]any, 0, len(transcript)+1)
-	if h.systemMessage != nil {
+	if h.systemMessage != nil { // nil when SYSTEM_PROMPT is empty
 		// Shared by every call: results are read, never modified.
 		out = append(out, h.systemMessage)
-	} else if sys := h.String("SYSTEM_PROMPT"); sys != "" {
-		out = append(out, map[string]any{"role": "system", "content": sys})
 	}
 	return append(out, transcript...), nil
 }
@@ -344,12 +342,12 @@ func (h *Harness) BuildMessages(ctx context.Context, st *State) (v any, def bool
 	}
 	start := time.Now()
 	if err := st.check(newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)); err != nil {
-		err = &HookError{Hook: c.spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", c.spec.Params[0], err), kind: ErrBadArgs}
-		h.record(c, start, []any{st}, &callInfo{}, err, nil)
-		return nil, false, err
+		he := h.badArg(c, 0, err)
+		h.record(c, start, []any{st}, &callInfo{}, he, nil)
+		return nil, false, he
 	}
 	n := len(st.messages)
-	if h.String("SYSTEM_PROMPT") != "" {
+	if h.systemMessage != nil {
 		n++
 	}
 	h.record(c, start, []any{st}, &callInfo{}, nil, func(w *limitWriter) { appendDefaultContext(w, n) })

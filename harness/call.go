@@ -286,6 +286,12 @@ func (h *Harness) record(c *hookCall, start time.Time, args []any, info *callInf
 	h.recorder(rec)
 }
 
+// badArg is the error of a call whose argument i cannot be handed to the
+// hook (too big, or not convertible).
+func (h *Harness) badArg(c *hookCall, i int, err error) *HookError {
+	return &HookError{Hook: c.spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", c.spec.Params[i], err), kind: ErrBadArgs}
+}
+
 func (h *Harness) callStarlark(ctx context.Context, c *hookCall, args []any, info *callInfo) (any, error) {
 	spec, fn := &c.spec, c.fn
 	b := newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)
@@ -295,14 +301,14 @@ func (h *Harness) callStarlark(ctx context.Context, c *hookCall, args []any, inf
 			// The hook cannot see it: only its size counts, so that a
 			// call fails the same whether the hook reads it or not.
 			if err := st.check(b); err != nil {
-				return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
+				return nil, h.badArg(c, i, err)
 			}
 			sargs[i] = starlark.None
 			continue
 		}
 		v, err := toStarlark(a, b, 0)
 		if err != nil {
-			return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
+			return nil, h.badArg(c, i, err)
 		}
 		sargs[i] = v
 	}
@@ -340,7 +346,7 @@ func (h *Harness) callDefault(ctx context.Context, c *hookCall, args []any) (any
 	for i, a := range args {
 		if st, ok := a.(*State); ok {
 			if err := st.check(newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)); err != nil {
-				return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
+				return nil, h.badArg(c, i, err)
 			}
 			if c.stateAware {
 				continue // it takes the *State itself
@@ -359,7 +365,7 @@ func (h *Harness) callDefault(ctx context.Context, c *hookCall, args []any) (any
 		}
 		v, err := normalize(a)
 		if err != nil {
-			return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("argument %s: %v", spec.Params[i], err), kind: ErrBadArgs}
+			return nil, h.badArg(c, i, err)
 		}
 		nargs[i] = v
 	}
