@@ -168,13 +168,19 @@ func Base() *Contract {
 var stateAwareDefaults = func() map[uintptr]bool {
 	m := map[uintptr]bool{}
 	for _, f := range []DefaultFunc{defaultBuildMessages, defaultParseAction, defaultFormatToolResult, defaultOnError, defaultShouldStop} {
-		m[reflect.ValueOf(f).Pointer()] = true
+		m[codePtr(f)] = true
 	}
 	return m
 }()
 
-func stateAware(f DefaultFunc) bool {
-	return f != nil && stateAwareDefaults[reflect.ValueOf(f).Pointer()]
+func stateAware(f DefaultFunc) bool { return stateAwareDefaults[codePtr(f)] }
+
+// codePtr tells defaults apart by their code; 0 for none.
+func codePtr(f DefaultFunc) uintptr {
+	if f == nil {
+		return 0
+	}
+	return reflect.ValueOf(f).Pointer()
 }
 
 func defaultFormatObservation(_ context.Context, h *Harness, args []any) (any, error) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/whalerun/whale/internal/textdist"
-	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -225,8 +224,7 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 			c.unread = unreadParams(f, c.fn, len(spec.Params))
 		} else {
 			c.stateAware = stateAware(spec.Default)
-			c.defaultContext = spec.Name == "build_messages" && spec.Default != nil &&
-				reflect.ValueOf(spec.Default).Pointer() == reflect.ValueOf(defaultBuildMessages).Pointer()
+			c.defaultContext = spec.Name == "build_messages" && codePtr(spec.Default) == codePtr(defaultBuildMessages)
 		}
 		h.calls[spec.Name] = c
 	}
