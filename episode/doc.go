@@ -22,9 +22,8 @@
 //   - Hooks see the state dict of harness.Base's StateDoc: task {id,
 //     question, meta} (meta decoded from JSON; never the answers), turn
 //     (calls made so far), messages (the transcript, no system message),
-//     last_action, retries {format, illegal}. The loop keeps it as one
-//     harness.State per episode, so a hook call converts only what changed;
-//     harness hooks get copies, Go defaults the loop's own values.
+//     last_action, retries {format, illegal}, as harness.State spells it;
+//     every hook gets its own copy.
 //   - RunBatch keeps at most concurrency episodes in flight and emits
 //     results in job order from one goroutine; at most 4×concurrency
 //     episodes are started and not yet emitted, so a slow episode stalls new

@@ -27,11 +27,9 @@ type Domain interface {
 
 // MetaFilter is implemented by a domain whose task meta holds what a
 // harness must not see, such as a chess puzzle's solution line. HookMeta
-// gets the decoded meta (shared: it must not be changed) and returns what
-// hooks see in state["task"]["meta"]; it must depend on the meta alone,
-// since the loop keeps its result for every episode of the task (by the
-// domain's Name and the meta's text). Keys that name reference answers
-// (see ReferenceKeys) are removed for every domain.
+// gets the decoded meta (it must not change it) and returns what hooks
+// see in state["task"]["meta"]. Keys that name reference answers (see
+// ReferenceKeys) are removed for every domain.
 type MetaFilter interface {
 	HookMeta(meta map[string]any) map[string]any
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,65 +14,8 @@ import (
 	"github.com/whalerun/whale/schemas"
 )
 
-func TestPlainNumbers(t *testing.T) {
-	meta, err := decodeMeta(`{"rating": 1500, "score": 0.5, "exp": 1e3, "big": 1e400, "tags": ["x", 2], "nested": {"n": -3}}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := plainNumbers(meta)
-	// 1e400 is left for the runtime to reject, as before.
-	want := map[string]any{"rating": int64(1500), "score": 0.5, "exp": 1000.0, "big": json.Number("1e400"),
-		"tags": []any{"x", int64(2)}, "nested": map[string]any{"n": int64(-3)}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("plainNumbers = %#v, want %#v", got, want)
-	}
-	if _, err := harness.ToStarlark(json.Number("1e400")); err == nil {
-		t.Error("the runtime accepted 1e400")
-	}
-}
-
-// messagesFrom converts what MessagesFrom converts and rejects what it
-// rejects, with its error.
-func TestMessagesFromMatchesHarness(t *testing.T) {
-	m := func(kv ...any) map[string]any {
-		d := map[string]any{}
-		for i := 0; i < len(kv); i += 2 {
-			d[kv[i].(string)] = kv[i+1]
-		}
-		return d
-	}
-	cases := []any{
-		[]any{m("role", "system", "content", "s"), m("role", "user", "content", "q")},
-		[]any{m("role", "assistant", "content", "", "tool_calls", []any{m("id", "1", "name", "search", "arguments", "{}"), m("name", "calc", "arguments", "")})},
-		[]any{m("role", "tool", "content", "r", "tool_call_id", "1", "name", "search")},
-		[]any{},
-		"not a list",
-		[]any{"not a dict"},
-		[]any{m("role", "robot", "content", "x")},
-		[]any{m("role", "user", "content", "x", "contnet", "y")},
-		[]any{m("role", "user")},
-		[]any{m("role", "user", "content", int64(1))},
-		[]any{m("role", "assistant", "content", "", "tool_calls", []any{m("name", "s")})},
-		[]any{m("role", "assistant", "content", "", "tool_calls", []any{m("name", "s", "arguments", "", "extra", "x")})},
-		[]any{m("role", "assistant", "content", "", "tool_calls", "x")},
-		[]any{m("role", "tool", "content", "r", "tool_call_id", int64(1))},
-	}
-	for _, v := range cases {
-		want, wantErr := harness.MessagesFrom(v)
-		got, err := messagesFrom(v)
-		if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
-			t.Errorf("messagesFrom(%v) error %v, MessagesFrom error %v", v, err, wantErr)
-			continue
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("messagesFrom(%v) = %+v, MessagesFrom = %+v", v, got, want)
-		}
-	}
-}
-
 type metaFilterDomain struct{ fakeDomain }
 
-// Name differs from fakeDomain's: the loop keeps hook metas by domain name.
 func (metaFilterDomain) Name() string { return "metafilter" }
 
 func (metaFilterDomain) HookMeta(m map[string]any) map[string]any {
@@ -114,9 +56,10 @@ func TestHookMetaHidesReferences(t *testing.T) {
 	}
 }
 
-// The loop decodes and filters a task's meta once per domain and meta
-// text; episodes of the same task share the result.
-func TestSharedHookMeta(t *testing.T) {
+// A task's meta reaches hooks decoded, numbers as written, without
+// reference answers and as the domain filters it; a meta that is not a
+// JSON object is an error.
+func TestTaskMeta(t *testing.T) {
 	const meta = `{"source": "nq", "secret": 1, "answer": "x", "n": 2}`
 	tests := []struct {
 		name string
@@ -128,26 +71,19 @@ func TestSharedHookMeta(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := sharedHookMeta(tt.dom, meta)
+			m, err := taskMeta(tt.dom, meta)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := sharedHookMeta(tt.dom, meta)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if keys := slices.Sorted(maps.Keys(a)); !slices.Equal(keys, tt.want) {
+			if keys := slices.Sorted(maps.Keys(m)); !slices.Equal(keys, tt.want) {
 				t.Errorf("hooks see %v, want %v", keys, tt.want)
 			}
-			if reflect.ValueOf(a).Pointer() != reflect.ValueOf(b).Pointer() {
-				t.Errorf("the second episode decoded the meta again")
-			}
-			if a["n"] != int64(2) {
-				t.Errorf("n = %#v, want int64 2", a["n"])
+			if m["n"] != json.Number("2") {
+				t.Errorf("n = %#v, want json.Number 2", m["n"])
 			}
 		})
 	}
-	if _, err := sharedHookMeta(&fakeDomain{}, `[1]`); err == nil {
+	if _, err := taskMeta(&fakeDomain{}, `[1]`); err == nil {
 		t.Error("a meta that is not an object was accepted")
 	}
 }
@@ -221,12 +157,9 @@ func TestDiffersFromDefault(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := &loop{all: []schemas.Message{{}, u1, a1}}
-			l.transcript = l.all[1:]
+			l := &loop{st: harness.State{Messages: []schemas.Message{u1, a1}}}
 			if tt.system {
-				l.sysMsg = sys
-				l.defaultSystem = &l.sysMsg
-				l.all[0] = sys
+				l.systemPrompt = sys.Content
 			}
 			if got := l.differsFromDefault(tt.msgs); got != tt.want {
 				t.Errorf("differsFromDefault = %d, want %d", got, tt.want)

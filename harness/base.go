@@ -4,12 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"regexp"
-	"strconv"
 	"strings"
-	"time"
-	"unicode/utf8"
 )
 
 // MessageShape is one chat message as hooks build it: the dict form of
@@ -161,28 +157,6 @@ func Base() *Contract {
 	}
 }
 
-// stateAwareDefaults are the defaults of Base that take a *State in place
-// of the state dict, so that the loop's state reaches them without being
-// made a plain dict: they read at most its messages. Known by code pointer,
-// so that a spec copied with another Default is not taken for one of them.
-var stateAwareDefaults = func() map[uintptr]bool {
-	m := map[uintptr]bool{}
-	for _, f := range []DefaultFunc{defaultBuildMessages, defaultParseAction, defaultFormatToolResult, defaultOnError, defaultShouldStop} {
-		m[codePtr(f)] = true
-	}
-	return m
-}()
-
-func stateAware(f DefaultFunc) bool { return stateAwareDefaults[codePtr(f)] }
-
-// codePtr tells defaults apart by their code; 0 for none.
-func codePtr(f DefaultFunc) uintptr {
-	if f == nil {
-		return 0
-	}
-	return reflect.ValueOf(f).Pointer()
-}
-
 func defaultFormatObservation(_ context.Context, h *Harness, args []any) (any, error) {
 	switch obs := args[0].(type) {
 	case string:
@@ -194,22 +168,17 @@ func defaultFormatObservation(_ context.Context, h *Harness, args []any) (any, e
 }
 
 func defaultBuildMessages(_ context.Context, h *Harness, args []any) (any, error) {
-	var transcript []any
-	switch state := args[0].(type) {
-	case *State:
-		transcript = state.plainMessages()
-	case map[string]any:
-		var ok bool
-		if transcript, ok = state["messages"].([]any); !ok {
-			return nil, fmt.Errorf("state[\"messages\"] is %s, want a list", describe(state["messages"]))
-		}
-	default:
+	state, ok := args[0].(map[string]any)
+	if !ok {
 		return nil, fmt.Errorf("state is %s, want a dict", describe(args[0]))
 	}
+	transcript, ok := state["messages"].([]any)
+	if !ok {
+		return nil, fmt.Errorf("state[\"messages\"] is %s, want a list", describe(state["messages"]))
+	}
 	out := make([]any, 0, len(transcript)+1)
-	if h.systemMessage != nil { // nil when SYSTEM_PROMPT is empty
-		// Shared by every call: results are read, never modified.
-		out = append(out, h.systemMessage)
+	if sys, _ := h.consts["SYSTEM_PROMPT"].(string); sys != "" { // a contract without Base's constants has none
+		out = append(out, map[string]any{"role": "system", "content": sys})
 	}
 	return append(out, transcript...), nil
 }
@@ -228,61 +197,13 @@ func defaultParseAction(_ context.Context, _ *Harness, args []any) (any, error) 
 	return map[string]any{"kind": "answer", "answer": strings.TrimSpace(answer)}, nil
 }
 
-// lastAnswer is the text inside the last <answer>…</answer> of text, as
-// answerTagRE finds it. ASCII text is scanned directly (the regexp cost more
-// than the rest of the default hook); other text may hold characters that
-// fold to ASCII letters under (?i), and goes to the regexp.
+// lastAnswer is the text inside the last <answer>…</answer> of text.
 func lastAnswer(text string) (string, bool) {
-	for i := 0; i < len(text); i++ {
-		if text[i] >= utf8.RuneSelf {
-			all := answerTagRE.FindAllStringSubmatch(text, -1)
-			if len(all) == 0 {
-				return "", false
-			}
-			return all[len(all)-1][1], true
-		}
+	all := answerTagRE.FindAllStringSubmatch(text, -1)
+	if len(all) == 0 {
+		return "", false
 	}
-	// Matches do not overlap, and each ends at the first closing tag after
-	// its opening one; an opening tag with no closing tag after it ends
-	// the search.
-	var answer string
-	found := false
-	for i := 0; ; {
-		j := indexASCIIFold(text[i:], "<answer>")
-		if j < 0 {
-			break
-		}
-		start := i + j + len("<answer>")
-		k := indexASCIIFold(text[start:], "</answer>")
-		if k < 0 {
-			break
-		}
-		answer, found = text[start:start+k], true
-		i = start + k + len("</answer>")
-	}
-	return answer, found
-}
-
-func foldASCII(b byte) byte {
-	if 'A' <= b && b <= 'Z' {
-		return b + 'a' - 'A'
-	}
-	return b
-}
-
-// indexASCIIFold is the index of the first occurrence of lower (lower-case
-// ASCII) in s under ASCII case folding, or -1.
-func indexASCIIFold(s, lower string) int {
-	for i := 0; i+len(lower) <= len(s); i++ {
-		j := 0
-		for j < len(lower) && foldASCII(s[i+j]) == lower[j] {
-			j++
-		}
-		if j == len(lower) {
-			return i
-		}
-	}
-	return -1
+	return all[len(all)-1][1], true
 }
 
 func defaultFormatToolResult(_ context.Context, _ *Harness, args []any) (any, error) {
@@ -323,39 +244,4 @@ func defaultOnError(_ context.Context, _ *Harness, args []any) (any, error) {
 	return what + ". Please reply again, following the required format.", nil
 }
 
-// appendDefaultContext is the result of the default build_messages in its
-// record: the context is SYSTEM_PROMPT and the transcript, both in the
-// rollout row already, so the record gives its length only.
-func appendDefaultContext(w *limitWriter, n int) {
-	w.b = append(w.b, "default context, "...)
-	w.b = strconv.AppendInt(w.b, int64(n), 10)
-	w.b = append(w.b, " messages"...)
-}
-
 func defaultShouldStop(context.Context, *Harness, []any) (any, error) { return false, nil }
-
-// BuildMessages calls build_messages with st, as Call(ctx,
-// "build_messages", st) does, and records the call the same way. When the
-// contract's default ran, def is true and v is nil: the messages are
-// SYSTEM_PROMPT's (unless empty) then st's, which the caller holds, and
-// making them plain dicts only to read them back cost more than the rest
-// of the call. Otherwise v is the hook's plain result (see MessagesFrom).
-func (h *Harness) BuildMessages(ctx context.Context, st *State) (v any, def bool, err error) {
-	c, ok := h.calls["build_messages"]
-	if !ok || !c.defaultContext {
-		v, err := h.Call(ctx, "build_messages", st)
-		return v, false, err
-	}
-	start := time.Now()
-	if err := st.check(newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)); err != nil {
-		he := h.badArg(c, 0, err)
-		h.record(c, start, []any{st}, &callInfo{}, he, nil)
-		return nil, false, he
-	}
-	n := len(st.messages)
-	if h.systemMessage != nil {
-		n++
-	}
-	h.record(c, start, []any{st}, &callInfo{}, nil, func(w *limitWriter) { appendDefaultContext(w, n) })
-	return nil, true, nil
-}

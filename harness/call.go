@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/metrics"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"go.starlark.net/starlark"
@@ -45,10 +43,8 @@ type callInfo struct {
 	output string
 }
 
-// A runner is a Starlark thread and what a call needs around it: limits,
-// the captured print output. Runners are kept for the next call (see
-// runners): a fresh thread, a timeout context and a timer per call cost
-// more than a small hook's own work.
+// A runner is a Starlark thread and what one call needs around it:
+// limits, the captured print output.
 //
 // Neither the deadline nor the caller's context is watched from another
 // goroutine (a timer, context.AfterFunc): the thread looks at the clock
@@ -73,14 +69,7 @@ type runner struct {
 	out       []byte
 }
 
-// runners holds runners whose last call ended cleanly; a runner whose
-// call failed (its thread may be cancelled) is dropped.
-var runners sync.Pool
-
-func getRunner() *runner {
-	if r, ok := runners.Get().(*runner); ok {
-		return r
-	}
+func newRunner() *runner {
 	r := &runner{}
 	r.th.Print = r.print
 	r.th.OnMaxSteps = r.onMaxSteps
@@ -148,18 +137,15 @@ func (r *runner) stopped() int32 {
 // heap limit, and turns a failure into a *HookError for hook (the harness
 // position is filled in from the Starlark call stack).
 func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout time.Duration, info *callInfo, f func(*starlark.Thread) (starlark.Value, error)) (starlark.Value, error) {
-	r := getRunner()
+	r := newRunner()
 	r.opts = &h.opts
 	r.parent = ctx
 	r.deadline = time.Now().Add(timeout)
 	r.maxSteps = maxSteps
 	r.checkHeap = h.opts.MaxHeapBytes > 0
 	r.nextHeap = heapCheckEvery
-	r.why = 0
-	r.out = r.out[:0]
 	th := &r.th
 	th.Name = hook
-	th.Steps = 0
 	th.SetMaxExecutionSteps(min(pollEvery, maxSteps))
 
 	v, err := f(th)
@@ -175,11 +161,8 @@ func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout
 		}
 	}
 	if err == nil && why == 0 {
-		r.parent = nil
-		runners.Put(r)
 		return v, nil
 	}
-	// The thread may be cancelled: it serves no other call.
 
 	cause := context.Cause(ctx)
 	if why == stopDeadline {
@@ -238,21 +221,22 @@ func heapBytes() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// Call runs a hook with args (plain Go values, see ToStarlark, or a
-// *State) and returns its result as plain Go (see FromStarlark), validated
-// against the hook's declared shape. When the harness does not define the
-// hook the contract's Go default runs instead, with the arguments as they
-// are. The result may share maps and lists with the arguments and the
-// harness: callers must not modify it. Every call, harness or default, is
-// reported to the recorder. Errors are *HookError.
+// Call runs a hook with args (Go values, see ToStarlark; the episode
+// state as State.Dict makes it) and returns its result as plain Go (see
+// FromStarlark), validated against the hook's declared shape. When the
+// harness does not define the hook the contract's Go default runs instead,
+// with the arguments converted to plain Go as a round trip through
+// Starlark would make them. Either way a hook gets its own copy of the
+// arguments. The result may share maps and lists with the harness: callers
+// must not modify it. Every call, harness or default, is reported to the
+// recorder. Errors are *HookError.
 func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, error) {
 	c, ok := h.calls[hook]
 	if !ok {
 		return nil, fmt.Errorf("call %s: %w: contract %s has no hook %s", hook, ErrUnknownHook, h.contract.Name, hook)
 	}
-	spec := &c.spec
-	if len(args) != len(spec.Params) {
-		return nil, fmt.Errorf("call %s: %w: takes %d arguments (%s), got %d", hook, ErrBadArgs, len(spec.Params), strings.Join(spec.Params, ", "), len(args))
+	if len(args) != len(c.spec.Params) {
+		return nil, fmt.Errorf("call %s: %w: takes %d arguments (%s), got %d", hook, ErrBadArgs, len(c.spec.Params), strings.Join(c.spec.Params, ", "), len(args))
 	}
 	start := time.Now()
 	var (
@@ -266,24 +250,11 @@ func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, erro
 		result, err = h.callDefault(ctx, c, args)
 	}
 	if h.recorder != nil {
-		summary := func(w *limitWriter) { summarize(w, result, 0) }
-		if list, ok := result.([]any); ok && c.fn == nil && c.defaultContext {
-			summary = func(w *limitWriter) { appendDefaultContext(w, len(list)) }
-		}
-		h.record(c, start, args, &info, err, summary)
+		rec := CallRecord{Hook: hook, Default: c.fn == nil, Duration: time.Since(start), Steps: info.steps, Output: info.output, Err: err}
+		rec.render(c.spec.Params, args, result)
+		h.recorder(rec)
 	}
 	return result, err
-}
-
-// record reports a call to the recorder, if any, with result writing the
-// result's summary: Call's, and those of defaults run without Call.
-func (h *Harness) record(c *hookCall, start time.Time, args []any, info *callInfo, err error, result func(*limitWriter)) {
-	if h.recorder == nil {
-		return
-	}
-	rec := CallRecord{Hook: c.spec.Name, Default: c.fn == nil, Duration: time.Since(start), Steps: info.steps, Output: info.output, Err: err}
-	rec.render(c.spec.Params, args, c.unread, result)
-	h.recorder(rec)
 }
 
 // badArg is the error of a call whose argument i cannot be handed to the
@@ -297,15 +268,6 @@ func (h *Harness) callStarlark(ctx context.Context, c *hookCall, args []any, inf
 	b := newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)
 	sargs := make(starlark.Tuple, len(args))
 	for i, a := range args {
-		if st, ok := a.(*State); ok && c.unread != nil && c.unread[i] {
-			// The hook cannot see it: only its size counts, so that a
-			// call fails the same whether the hook reads it or not.
-			if err := st.check(b); err != nil {
-				return nil, h.badArg(c, i, err)
-			}
-			sargs[i] = starlark.None
-			continue
-		}
 		v, err := toStarlark(a, b, 0)
 		if err != nil {
 			return nil, h.badArg(c, i, err)
@@ -325,190 +287,36 @@ func (h *Harness) callStarlark(ctx context.Context, c *hookCall, args []any, inf
 	if err != nil {
 		return nil, bad(fmt.Sprintf("returned %s: %v", v.Type(), err))
 	}
-	if !conforms(spec.Returns, gv) {
-		if err := spec.Returns.Validate(gv, "result"); err != nil {
-			return nil, bad(fmt.Sprintf("must return %s: %v", spec.Returns, err))
-		}
+	if err := spec.Returns.Validate(gv, "result"); err != nil {
+		return nil, bad(fmt.Sprintf("must return %s: %v", spec.Returns, err))
 	}
 	return gv, nil
 }
 
-// callDefault runs the contract's Go default. Arguments already in plain
-// form (what FromStarlark makes: nil, bool, int64, float64, string, []any,
-// map[string]any) are passed as they are, a *State as its shared plain map
-// (or itself, to Base's defaults), and a plain result is returned as it is;
-// only other values are converted (see normalize). Defaults therefore must
-// not modify their arguments, and none does: copying the episode state for
-// every default call cost more CPU than the rest of the call.
+// callDefault runs the contract's Go default on plain copies of the
+// arguments, counted against the same budget as a harness hook's, and
+// validates its result as a harness hook's.
 func (h *Harness) callDefault(ctx context.Context, c *hookCall, args []any) (any, error) {
 	spec := &c.spec
-	var nargs []any
+	b := newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)
+	nargs := make([]any, len(args))
 	for i, a := range args {
-		if st, ok := a.(*State); ok {
-			if err := st.check(newBudget(h.opts.MaxValueBytes, h.opts.MaxValueItems)); err != nil {
-				return nil, h.badArg(c, i, err)
-			}
-			if c.stateAware {
-				continue // it takes the *State itself
-			}
-			if nargs == nil {
-				nargs = append(make([]any, 0, len(args)), args...)
-			}
-			nargs[i] = st.plainMap()
-			continue
-		}
-		if isPlain(a) {
-			continue
-		}
-		if nargs == nil {
-			nargs = append(make([]any, 0, len(args)), args...)
-		}
-		v, err := normalize(a)
+		v, err := normalizeIn(a, b, 0)
 		if err != nil {
 			return nil, h.badArg(c, i, err)
 		}
 		nargs[i] = v
 	}
-	if nargs == nil {
-		nargs = args
-	}
 	v, err := spec.Default(ctx, h, nargs)
 	if err != nil {
 		return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: "default: " + err.Error(), kind: ErrRuntime, cause: err}
 	}
-	if c.stateAware {
-		// Base's defaults return plain values of their hook's shape, made
-		// of the state and the harness's constants, both within budget:
-		// walking build_messages' whole transcript again on every call
-		// would find nothing.
-		return v, nil
-	}
-	gv := v
-	if !isPlain(v) {
-		gv, err = normalize(v)
-	}
-	if err == nil && !conforms(spec.Returns, gv) {
+	gv, err := normalize(v)
+	if err == nil {
 		err = spec.Returns.Validate(gv, "result")
 	}
 	if err != nil {
 		return nil, &HookError{Hook: spec.Name, Harness: h.id, Msg: fmt.Sprintf("default must return %s: %v", spec.Returns, err), kind: ErrBadResult}
 	}
 	return gv, nil
-}
-
-// isPlain is plain under normalize's limits.
-func isPlain(v any) bool {
-	b := budget{maxBytes: DefaultMaxValueBytes, maxItems: DefaultMaxValueItems}
-	return plain(v, &b, 0)
-}
-
-// plain reports whether v is already what normalize would make of it, and
-// within budget b: then normalize's copy can be skipped.
-func plain(v any, b *budget, depth int) bool {
-	if depth > maxDepth {
-		return false
-	}
-	switch x := v.(type) {
-	case nil, bool, int64, float64:
-		return true
-	case string:
-		return b.addBytes(len(x)) == nil
-	case []any:
-		if b.addItems(len(x)) != nil {
-			return false
-		}
-		for _, e := range x {
-			if !plain(e, b, depth+1) {
-				return false
-			}
-		}
-		return true
-	case map[string]any:
-		if b.addItems(len(x)) != nil {
-			return false
-		}
-		for k, e := range x {
-			if b.addBytes(len(k)) != nil || !plain(e, b, depth+1) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// conforms reports whether v certainly conforms to s, without allocating;
-// false means "ask s.Validate", which also says why. It knows the shapes
-// of this package; Validate's messages build a path string for every
-// element, which cost more than the rest of a default call.
-func conforms(s Shape, v any) bool {
-	switch s := s.(type) {
-	case kindShape:
-		return s.check(v)
-	case Enum:
-		str, ok := v.(string)
-		return ok && slices.Contains(s, str)
-	case ListOf:
-		l, ok := v.([]any)
-		if !ok || len(l) < s.Min || (s.Max > 0 && len(l) > s.Max) {
-			return false
-		}
-		for _, e := range l {
-			if !conforms(s.Elem, e) {
-				return false
-			}
-		}
-		return true
-	case DictOf:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return false
-		}
-		for _, e := range m {
-			if !conforms(s.Elem, e) {
-				return false
-			}
-		}
-		return true
-	case Record:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return false
-		}
-		present := 0
-		for _, f := range s.Fields {
-			fv, ok := m[f.Name]
-			if !ok {
-				if f.Optional {
-					continue
-				}
-				return false
-			}
-			present++
-			if !conforms(f.Shape, fv) {
-				return false
-			}
-		}
-		// Field names are distinct, so any key beyond those present is
-		// one the record does not name.
-		return s.Open || len(m) == present
-	case Tagged:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return false
-		}
-		tag, ok := m[s.Tag].(string)
-		if !ok {
-			return false
-		}
-		variant, ok := s.Variants[tag]
-		return ok && conforms(variant, v)
-	case OneOf:
-		for _, alt := range s {
-			if conforms(alt, v) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -460,9 +460,8 @@ def should_stop(state):
 	}
 }
 
-// A record shows the state where the hook could see it, and names it
-// alone where it could not: a Go default, or a hook whose code never
-// names the parameter (it gets None).
+// A record shows the state a harness hook was given, and names it alone
+// for a Go default.
 func TestRecordShowsTheStateTheHookSaw(t *testing.T) {
 	cases := []struct {
 		name, src, hook string
@@ -470,18 +469,17 @@ func TestRecordShowsTheStateTheHookSaw(t *testing.T) {
 		wantArgs        string // exact, or a prefix ending in "{"
 	}{
 		{"harness hook reading the state", "def should_stop(state):\n    return state[\"turn\"] > 3\n", "should_stop",
-			func(st *State) []any { return []any{st} }, `state={`},
+			func(st *State) []any { return []any{st.Dict()} }, `state={`},
 		{"harness hook ignoring the state", "def parse_action(text, state):\n    return {\"kind\": \"answer\", \"answer\": text}\n", "parse_action",
-			func(st *State) []any { return []any{"42", st} }, `text="42", state`},
+			func(st *State) []any { return []any{"42", st.Dict()} }, `text="42", state={`},
 		{"Go default", "", "should_stop",
-			func(st *State) []any { return []any{st} }, `state`},
+			func(st *State) []any { return []any{st.Dict()} }, `state`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var recs []CallRecord
 			h := mustLoad(t, tc.src, Options{}).WithRecorder(func(r CallRecord) { recs = append(recs, r) })
-			st := NewState(map[string]any{"id": "t1", "question": "2+2?", "meta": map[string]any{}})
-			st.SetMessages([]schemas.Message{{Role: "user", Content: "2+2?"}})
+			st := &State{Task: map[string]any{"id": "t1", "question": "2+2?", "meta": map[string]any{}}, Messages: []schemas.Message{{Role: "user", Content: "2+2?"}}}
 			if _, err := h.Call(bg, tc.hook, tc.args(st)...); err != nil {
 				t.Fatal(err)
 			}

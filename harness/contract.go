@@ -42,12 +42,8 @@ type ConstSpec struct {
 func Bound(n int64) *int64 { return &n }
 
 // DefaultFunc is the Go implementation of a hook, used when the harness does
-// not define it. args are plain Go values as FromStarlark makes them (or as
-// the caller passed them; a *State arrives as its plain dict); the result
-// is validated like a harness's. args are handed over without a copy (the
-// episode loop shares its state with defaults, and the same dict with every
-// default called before the state changes), so a default must never
-// modify them, nor keep them past the call.
+// not define it. args are the call's own plain copies, as FromStarlark
+// makes them; the result is validated like a harness's.
 type DefaultFunc func(ctx context.Context, h *Harness, args []any) (any, error)
 
 // HookSpec declares a hook: a function the episode loop calls with

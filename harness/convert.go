@@ -126,20 +126,36 @@ func toStarlark(v any, b *budget, depth int) (starlark.Value, error) {
 			_ = d.SetKey(starlark.String(k), sv) // a fresh dict accepts string keys
 		}
 		return d, nil
+	case fields:
+		if err := b.addItems(len(x)); err != nil {
+			return nil, err
+		}
+		d := starlark.NewDict(len(x))
+		for _, f := range x {
+			sv, err := toStarlark(f.value, b, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("[%q]: %w", f.key, err)
+			}
+			if err := b.addBytes(len(f.key)); err != nil {
+				return nil, err
+			}
+			_ = d.SetKey(starlark.String(f.key), sv) // a fresh dict accepts string keys
+		}
+		return d, nil
 	case schemas.Message:
-		return messageValue(x, b)
+		return toStarlark(messageFields(x), b, depth)
 	case *schemas.Message:
 		if x == nil {
 			return starlark.None, nil
 		}
-		return messageValue(*x, b)
+		return toStarlark(messageFields(*x), b, depth)
 	case []schemas.Message:
 		if err := b.addItems(len(x)); err != nil {
 			return nil, err
 		}
 		elems := make([]starlark.Value, len(x))
 		for i, m := range x {
-			sv, err := messageValue(m, b)
+			sv, err := toStarlark(messageFields(m), b, depth+1)
 			if err != nil {
 				return nil, fmt.Errorf("[%d]: %w", i, err)
 			}
@@ -147,9 +163,7 @@ func toStarlark(v any, b *budget, depth int) (starlark.Value, error) {
 		}
 		return starlark.NewList(elems), nil
 	case schemas.ToolCall:
-		return toolCallValue(x, b)
-	case *State:
-		return x.starlarkValue(b)
+		return toStarlark(toolCallFields(x), b, depth)
 	}
 	return reflectToStarlark(reflect.ValueOf(v), b, depth)
 }
@@ -239,53 +253,6 @@ func jsonNumber(n json.Number) (starlark.Value, error) {
 		return nil, fmt.Errorf("bad JSON number %q", n)
 	}
 	return starlark.Float(f), nil
-}
-
-func messageValue(m schemas.Message, b *budget) (starlark.Value, error) {
-	if err := b.addItems(2); err != nil {
-		return nil, err
-	}
-	if err := b.addBytes(len(m.Role) + len(m.Content) + len(m.Name) + len(m.ToolCallID)); err != nil {
-		return nil, err
-	}
-	d := starlark.NewDict(5)
-	_ = d.SetKey(starlark.String("role"), starlark.String(m.Role))
-	_ = d.SetKey(starlark.String("content"), starlark.String(m.Content))
-	if m.Name != "" {
-		_ = d.SetKey(starlark.String("name"), starlark.String(m.Name))
-	}
-	if m.ToolCallID != "" {
-		_ = d.SetKey(starlark.String("tool_call_id"), starlark.String(m.ToolCallID))
-	}
-	if len(m.ToolCalls) > 0 {
-		if err := b.addItems(len(m.ToolCalls)); err != nil {
-			return nil, err
-		}
-		calls := make([]starlark.Value, len(m.ToolCalls))
-		for i, tc := range m.ToolCalls {
-			v, err := toolCallValue(tc, b)
-			if err != nil {
-				return nil, err
-			}
-			calls[i] = v
-		}
-		_ = d.SetKey(starlark.String("tool_calls"), starlark.NewList(calls))
-	}
-	return d, nil
-}
-
-func toolCallValue(tc schemas.ToolCall, b *budget) (starlark.Value, error) {
-	if err := b.addItems(3); err != nil {
-		return nil, err
-	}
-	if err := b.addBytes(len(tc.ID) + len(tc.Name) + len(tc.Arguments)); err != nil {
-		return nil, err
-	}
-	d := starlark.NewDict(3)
-	_ = d.SetKey(starlark.String("id"), starlark.String(tc.ID))
-	_ = d.SetKey(starlark.String("name"), starlark.String(tc.Name))
-	_ = d.SetKey(starlark.String("arguments"), starlark.String(tc.Arguments))
-	return d, nil
 }
 
 // FromStarlark converts a Starlark value to plain Go: None → nil, bool,
@@ -448,33 +415,19 @@ func normalizeIn(v any, b *budget, depth int) (any, error) {
 			out[k] = gv
 		}
 		return out, nil
+	case fields:
+		return normalizeIn(x.plain(), b, depth)
 	case schemas.Message:
-		return messageMap(&x, b)
+		return normalizeIn(MessageDict(x), b, depth)
 	case *schemas.Message:
 		if x == nil {
 			return nil, nil
 		}
-		return messageMap(x, b)
+		return normalizeIn(MessageDict(*x), b, depth)
 	case []schemas.Message:
-		if err := b.addItems(len(x)); err != nil {
-			return nil, err
-		}
-		out := make([]any, len(x))
-		for i := range x {
-			m, err := messageMap(&x[i], b)
-			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", i, err)
-			}
-			out[i] = m
-		}
-		return out, nil
+		return normalizeIn(MessageDicts(x), b, depth)
 	case schemas.ToolCall:
-		return toolCallMap(x, b)
-	case *State:
-		if err := x.check(newBudget(math.MaxInt, math.MaxInt)); err != nil {
-			return nil, err
-		}
-		return normalizeIn(x.plainMap(), b, depth)
+		return normalizeIn(toolCallFields(x).plain(), b, depth)
 	case starlark.Value:
 		return fromStarlark(x, b, depth)
 	}
@@ -488,60 +441,6 @@ func normalizeIn(v any, b *budget, depth int) (any, error) {
 	gv, err := fromStarlark(sv, &from, depth)
 	b.bytes, b.items = max(b.bytes, from.bytes), max(b.items, from.items)
 	return gv, err
-}
-
-// messageMap is m as FromStarlark(messageValue(m)) makes it.
-func messageMap(m *schemas.Message, b *budget) (any, error) {
-	n := 2
-	if m.Name != "" {
-		n++
-	}
-	if m.ToolCallID != "" {
-		n++
-	}
-	if len(m.ToolCalls) > 0 {
-		n++
-	}
-	if err := b.addItems(n); err != nil {
-		return nil, err
-	}
-	if err := b.addBytes(len(m.Role) + len(m.Content) + len(m.Name) + len(m.ToolCallID)); err != nil {
-		return nil, err
-	}
-	d := make(map[string]any, n)
-	d["role"] = m.Role
-	d["content"] = m.Content
-	if m.Name != "" {
-		d["name"] = m.Name
-	}
-	if m.ToolCallID != "" {
-		d["tool_call_id"] = m.ToolCallID
-	}
-	if len(m.ToolCalls) > 0 {
-		if err := b.addItems(len(m.ToolCalls)); err != nil {
-			return nil, err
-		}
-		calls := make([]any, len(m.ToolCalls))
-		for i, tc := range m.ToolCalls {
-			c, err := toolCallMap(tc, b)
-			if err != nil {
-				return nil, err
-			}
-			calls[i] = c
-		}
-		d["tool_calls"] = calls
-	}
-	return d, nil
-}
-
-func toolCallMap(tc schemas.ToolCall, b *budget) (any, error) {
-	if err := b.addItems(3); err != nil {
-		return nil, err
-	}
-	if err := b.addBytes(len(tc.ID) + len(tc.Name) + len(tc.Arguments)); err != nil {
-		return nil, err
-	}
-	return map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}, nil
 }
 
 // isFiniteNumber reports whether a float is usable (JSON cannot carry NaN).

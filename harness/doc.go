@@ -13,35 +13,28 @@
 //     contract's helpers and constant defaults — nothing else: no load(), no
 //     files, network, processes, clock or randomness. Recursion is off;
 //     while, top-level control flow, sets and global reassignment are on.
-//   - Call runs one hook on a thread of its own (threads are reused once a
-//     call ends cleanly) with its own step limit and deadline (ctx can
-//     shorten it; both are checked between steps), converts arguments and
-//     the result
-//     between plain Go and Starlark, validates the result's Shape, and falls
+//   - Call runs one hook on a thread of its own with its own step limit
+//     and deadline (ctx can shorten it; both are checked between steps),
+//     converts arguments and the result between plain Go and Starlark,
+//     validates the result's Shape, and falls
 //     back to the contract's Go default when the harness leaves the hook out.
 //     Failures are *HookError, classified by ErrStepLimit, ErrDeadline,
 //     ErrMemory, ErrRuntime, ErrBadResult; runtime errors carry the harness
 //     position and the Starlark backtrace. A Harness is immutable and safe
 //     for concurrent Calls.
-//   - Copies: a harness hook gets fresh Starlark values it may change
-//     freely; nothing it does reaches the caller. A Go default gets the
-//     caller's values without a copy (the episode loop's state, shared
-//     between calls), so it must never modify its arguments (DefaultFunc);
-//     a result may share maps and lists with them and with the harness, so
+//   - Copies: every hook gets its own copy of its arguments — a harness
+//     hook fresh Starlark values, a Go default fresh plain Go (what a
+//     round trip through Starlark makes) — so nothing a hook does reaches
+//     the caller. A result may share maps and lists with the harness, so
 //     callers treat results as read-only.
-//   - State is the episode state dict (Base's StateDoc) kept across the
-//     calls of one episode: each call converts only what changed (new
-//     messages, a new last action), the record summarises it once per
-//     change, and an argument that the hook's code never names is not
-//     converted at all (it cannot be observed; only its size is checked).
+//   - State is the episode state of Base's StateDoc; State.Dict is the one
+//     place its keys are spelled, and MessageDict the one conversion of a
+//     schemas.Message into harness values (MessagesFrom is its inverse).
 //   - Every call is reported to the Recorder (Options.Recorder or
 //     WithRecorder) as a CallRecord, which renders as a schemas.TraceEvent:
 //     the hook, its arguments and result summarized, the Starlark steps or
-//     "default", the time taken. The state argument is named without a
-//     summary where the hook did not see it: a Go default
-//     ("should_stop(state)") or a hook whose code never names it (it got
-//     None). The default build_messages's result reads "default context,
-//     N messages": the transcript already holds it.
+//     "default", the time taken. A Go default's record names its state
+//     argument without a summary ("should_stop(state)").
 //   - Memory: Starlark has no memory limit. The step limit bounds how many
 //     operations run, and the runtime bounds what it hands out: builtin
 //     string results (MaxStringBytes), converted values (MaxValueBytes,

@@ -123,24 +123,13 @@ type core struct {
 	defined     map[string]bool               // constants and hooks the harness defines
 	positions   map[string]Pos                // where each top-level name is bound
 	warnings    []Problem
-	// systemMessage is SYSTEM_PROMPT's message dict for the default
-	// build_messages, made once; nil when the prompt is empty or the
-	// contract has none.
-	systemMessage map[string]any
 }
 
-// hookCall is what Call needs to know of a hook, worked out once.
+// hookCall is a hook of the contract and the harness's function for it,
+// nil when the default runs.
 type hookCall struct {
 	spec HookSpec
-	fn   *starlark.Function // nil: the default runs
-	// unread marks the arguments fn's code never names (see
-	// unreadParams); nil when it names them all.
-	unread []bool
-	// stateAware: the default takes a *State (see stateAwareDefaults).
-	stateAware bool
-	// defaultContext: the default is Base's build_messages (see
-	// BuildMessages).
-	defaultContext bool
+	fn   *starlark.Function
 }
 
 // SourceID is the content address of a harness source: "sha256:<hex>".
@@ -219,14 +208,7 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 	}
 	h.calls = make(map[string]*hookCall, len(h.contract.Hooks))
 	for _, spec := range h.contract.Hooks {
-		c := &hookCall{spec: spec, fn: h.hooks[spec.Name]}
-		if c.fn != nil {
-			c.unread = unreadParams(f, c.fn, len(spec.Params))
-		} else {
-			c.stateAware = stateAware(spec.Default)
-			c.defaultContext = spec.Name == "build_messages" && codePtr(spec.Default) == codePtr(defaultBuildMessages)
-		}
-		h.calls[spec.Name] = c
+		h.calls[spec.Name] = &hookCall{spec: spec, fn: h.hooks[spec.Name]}
 	}
 	return h, nil
 }
@@ -412,9 +394,6 @@ func (h *Harness) check() []Problem {
 		}
 		h.hooks[spec.Name] = fn
 	}
-	if sys, ok := h.consts["SYSTEM_PROMPT"].(string); ok && sys != "" {
-		h.systemMessage = map[string]any{"role": "system", "content": sys}
-	}
 	h.warnings = h.unknownNames()
 	return problems
 }
@@ -574,33 +553,16 @@ func (h *Harness) constant(name string, want Type) any {
 }
 
 // String returns a string or template constant.
-func (h *Harness) String(name string) string {
-	// Values have their constant's type, so a value of the wanted type
-	// names a constant of that type: only a mistake needs the spec.
-	if v, ok := h.consts[name].(string); ok {
-		return v
-	}
-	return h.constant(name, TypeString).(string)
-}
+func (h *Harness) String(name string) string { return h.constant(name, TypeString).(string) }
 
 // Int returns an int constant.
-func (h *Harness) Int(name string) int {
-	if v, ok := h.consts[name].(int64); ok {
-		return int(v)
-	}
-	return int(h.constant(name, TypeInt).(int64))
-}
+func (h *Harness) Int(name string) int { return int(h.constant(name, TypeInt).(int64)) }
 
 // Float returns a float constant.
 func (h *Harness) Float(name string) float64 { return h.constant(name, TypeFloat).(float64) }
 
 // Bool returns a bool constant.
-func (h *Harness) Bool(name string) bool {
-	if v, ok := h.consts[name].(bool); ok {
-		return v
-	}
-	return h.constant(name, TypeBool).(bool)
-}
+func (h *Harness) Bool(name string) bool { return h.constant(name, TypeBool).(bool) }
 
 // List returns a list constant (a fresh copy).
 func (h *Harness) List(name string) []any {
@@ -629,9 +591,6 @@ func (h *Harness) Render(name string, fields map[string]any) (string, error) {
 }
 
 func renderTemplate(tmpl string, fields map[string]any) (string, error) {
-	if out, ok := renderSimple(tmpl, fields); ok {
-		return out, nil
-	}
 	format, _ := starlark.String(tmpl).Attr("format")
 	kwargs := make([]starlark.Tuple, 0, len(fields))
 	for _, k := range sortedKeys(fields) {
@@ -646,60 +605,6 @@ func renderTemplate(tmpl string, fields map[string]any) (string, error) {
 		return "", err
 	}
 	return string(v.(starlark.String)), nil
-}
-
-// renderSimple renders the common templates without a Starlark call:
-// fields named as {name} whose values are strings, and {{ and }}. Anything
-// else (format specs, conversions, indexes, other values, errors) reports
-// false, for str.format to render or reject.
-func renderSimple(tmpl string, fields map[string]any) (string, bool) {
-	var b []byte
-	for i := 0; i < len(tmpl); {
-		c := tmpl[i]
-		switch {
-		case c == '{' && i+1 < len(tmpl) && tmpl[i+1] == '{', c == '}' && i+1 < len(tmpl) && tmpl[i+1] == '}':
-			b = append(b, c)
-			i += 2
-		case c == '{':
-			end := strings.IndexByte(tmpl[i+1:], '}')
-			if end < 0 {
-				return "", false
-			}
-			name := tmpl[i+1 : i+1+end]
-			if !isIdent(name) {
-				return "", false
-			}
-			v, ok := fields[name].(string)
-			if !ok {
-				return "", false
-			}
-			if b == nil {
-				b = make([]byte, 0, len(tmpl)+len(v))
-			}
-			b = append(b, v...)
-			i += end + 2
-		case c == '}':
-			return "", false
-		default:
-			j := i + 1
-			for j < len(tmpl) && tmpl[j] != '{' && tmpl[j] != '}' {
-				j++
-			}
-			b = append(b, tmpl[i:j]...)
-			i = j
-		}
-	}
-	return string(b), true
-}
-
-func isIdent(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // checkTemplate renders tmpl with placeholder values for fields, so that a

@@ -1,8 +1,6 @@
 package harness
 
 import (
-	"fmt"
-
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -49,15 +47,10 @@ type Action struct {
 
 // ActionFrom converts what parse_action returned into an Action.
 func ActionFrom(v any) (Action, error) {
-	if !conforms(ActionShape, v) {
-		if err := ActionShape.Validate(v, "action"); err != nil {
-			return Action{}, err
-		}
+	if err := ActionShape.Validate(v, "action"); err != nil {
+		return Action{}, err
 	}
-	d, ok := v.(map[string]any)
-	if !ok {
-		return Action{}, fmt.Errorf("action: want a dict, got %s", describe(v))
-	}
+	d := v.(map[string]any)
 	a := Action{Raw: d}
 	a.Kind, _ = d["kind"].(string)
 	a.Answer, _ = d["answer"].(string)

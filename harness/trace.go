@@ -5,9 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/whalerun/whale/schemas"
 )
@@ -27,10 +25,6 @@ type CallRecord struct {
 	Result   string // summarized result; empty on error
 	Output   string // what the hook print()ed, bounded
 	Err      error
-
-	// action and feedback are the trace event's texts as Call rendered
-	// them; Args and Result are parts of the same string.
-	action, feedback string
 }
 
 // Recorder receives every hook call of a Harness, in the calling goroutine,
@@ -39,137 +33,55 @@ type Recorder func(CallRecord)
 
 // TraceEvent turns the record into a row of the rollout's trace column:
 // Kind "hook", Action the call, Feedback its result (or error) with the
-// cost in brackets. For a record made by Call they are as Call rendered
-// them, in one allocation with Args and Result.
+// cost in brackets.
 func (r CallRecord) TraceEvent(turn int) schemas.TraceEvent {
-	if r.action != "" {
-		return schemas.TraceEvent{Turn: int32(turn), Kind: "hook", Action: r.action, Feedback: r.feedback}
-	}
-	fb := r.appendFeedback(make([]byte, 0, len(r.Result)+48), r.Result)
-	return schemas.TraceEvent{
-		Turn:     int32(turn),
-		Kind:     "hook",
-		Action:   r.Hook + "(" + r.Args + ")",
-		Feedback: unsafe.String(unsafe.SliceData(fb), len(fb)),
-	}
-}
-
-// appendFeedback appends the event's feedback, with result as the
-// summarized result.
-func (r *CallRecord) appendFeedback(fb []byte, result string) []byte {
+	var fb strings.Builder
 	if r.Err != nil {
-		fb = append(fb, "error: "...)
-		fb = append(fb, r.Err.Error()...)
+		fb.WriteString("error: " + r.Err.Error())
 	} else {
-		fb = append(fb, result...)
+		fb.WriteString(r.Result)
 	}
 	if r.Default {
-		fb = append(fb, " [default, "...)
+		fb.WriteString(" [default, ")
 	} else {
-		fb = append(fb, " ["...)
-		fb = strconv.AppendUint(fb, r.Steps, 10)
-		fb = append(fb, " steps, "...)
+		fb.WriteString(" [" + strconv.FormatUint(r.Steps, 10) + " steps, ")
 	}
-	fb = appendDuration(fb, r.Duration.Round(time.Microsecond))
-	fb = append(fb, ']')
+	fb.WriteString(r.Duration.Round(time.Microsecond).String() + "]")
 	if r.Output != "" {
-		fb = append(fb, " print: "...)
-		fb = append(fb, clip(strings.TrimRight(r.Output, "\n"), summaryLen)...)
+		fb.WriteString(" print: " + clip(strings.TrimRight(r.Output, "\n"), summaryLen))
 	}
-	return fb
+	return schemas.TraceEvent{Turn: int32(turn), Kind: "hook", Action: r.Hook + "(" + r.Args + ")", Feedback: fb.String()}
 }
 
-// appendDuration appends d.String(), without allocating for the short
-// durations of most hook calls.
-func appendDuration(b []byte, d time.Duration) []byte {
-	if d > 0 && d < time.Millisecond && d%time.Microsecond == 0 {
-		b = strconv.AppendInt(b, int64(d/time.Microsecond), 10)
-		return append(b, "µs"...)
-	}
-	return append(b, d.String()...)
-}
-
-// render fills Args and Result and renders the trace event's action and
-// feedback, all in one string; result writes the result's summary, and
-// unread marks the arguments the hook's code never names (see appendArgs).
-func (r *CallRecord) render(params []string, args []any, unread []bool, result func(*limitWriter)) {
-	w := newLimitWriter()
-	defer w.free()
-	w.b = append(w.b, r.Hook...)
-	w.b = append(w.b, '(')
-	argsAt := len(w.b)
-	fresh := w.appendArgs(params, args, r.Default, unread)
-	argsEnd := len(w.b)
-	w.b = append(w.b, ')')
-	actionEnd := len(w.b)
-	if r.Err == nil {
-		w.summaryOf(summaryLen, func() { result(w) })
-	}
-	resultEnd := len(w.b)
-	w.b = r.appendFeedback(w.b, "") // the result, if any, is in place
-	s := string(w.b)
-	r.action, r.feedback = s[:actionEnd], s[actionEnd:]
-	r.Args = s[argsAt:argsEnd]
-	r.Result = s[actionEnd:resultEnd]
-	if fresh.st != nil {
-		// The state's summary, new in this record, serves later calls
-		// from the record's string: no copy of its own.
-		fresh.st.summary = s[fresh.at:fresh.end]
-	}
-}
-
-// freshSummary is where appendArgs rendered a state's summary that the
-// state had not kept yet.
-type freshSummary struct {
-	st      *State
-	at, end int
-}
-
-// appendArgs appends "name=value, ..." with each value summarized. A
-// state's summary is rendered once per change and kept in State.summary;
-// fresh says where one was rendered in place. A state is written as its
-// parameter's name alone where the hook did not see it: with byName (a Go
-// default's record: what a documented default does with it says nothing
-// the neighbouring records and the transcript do not, and its summary was
-// a third of a trace's text and of the cost of recording it) and where
-// unread says the hook's code never names the parameter (it got None).
-func (w *limitWriter) appendArgs(params []string, args []any, byName bool, unread []bool) (fresh freshSummary) {
+// render fills Args ("name=value, ..." with each value summarized) and
+// Result. A Go default's record names its state argument without a
+// summary: what a documented default does with it says nothing the
+// neighbouring records and the transcript do not, and the state's summary
+// was a third of a trace's text.
+func (r *CallRecord) render(params []string, args []any, result any) {
+	var b strings.Builder
 	for i, a := range args {
 		if i > 0 {
-			w.b = append(w.b, ", "...)
+			b.WriteString(", ")
 		}
-		w.b = append(w.b, params[i]...)
-		if byName && params[i] == "state" {
+		b.WriteString(params[i])
+		if r.Default && params[i] == "state" {
 			continue
 		}
-		if _, ok := a.(*State); ok && i < len(unread) && unread[i] {
-			continue
-		}
-		w.b = append(w.b, '=')
-		if st, ok := a.(*State); ok {
-			if st.summary != "" {
-				w.b = append(w.b, st.summary...)
-				continue
-			}
-			if fresh.st == nil {
-				fresh = freshSummary{st: st, at: len(w.b)}
-				w.summary(st, summaryLen/2)
-				fresh.end = len(w.b)
-				continue
-			}
-		}
-		w.summary(a, summaryLen/2)
+		b.WriteString("=" + Summarize(a, summaryLen/2))
 	}
-	return fresh
+	r.Args = b.String()
+	if r.Err == nil {
+		r.Result = Summarize(result, summaryLen)
+	}
 }
 
 // Summarize renders a Go value compactly (JSON-like, dict keys sorted) in at
 // most about n bytes, stopping early rather than rendering what it would cut.
 func Summarize(v any, n int) string {
-	w := newLimitWriter()
-	defer w.free()
+	var w limitWriter
 	w.summary(v, n)
-	return w.string()
+	return string(w.b)
 }
 
 // AppendSummary appends Summarize(v, n) to dst, for callers that build a
@@ -212,24 +124,6 @@ func (w *limitWriter) summaryOf(n int, render func()) {
 	}
 }
 
-// writers recycles summary buffers: a summary is built in a scratch
-// buffer and copied out at its exact size.
-var writers = sync.Pool{New: func() any { return &limitWriter{b: make([]byte, 0, 512)} }}
-
-func newLimitWriter() *limitWriter {
-	w := writers.Get().(*limitWriter)
-	w.b = w.b[:0]
-	return w
-}
-
-func (w *limitWriter) free() {
-	if cap(w.b) <= 4<<10 {
-		writers.Put(w)
-	}
-}
-
-func (w *limitWriter) string() string { return string(w.b) }
-
 // room is how many more bytes the current summary may take before it is
 // cut; a little slack lets the cut land past the limit, as clip expects.
 func (w *limitWriter) room() int { return w.max + 8 - (len(w.b) - w.base) }
@@ -262,24 +156,11 @@ func (w *limitWriter) quote(s string) bool {
 		}
 		s = s[:cut]
 	}
-	w.b = appendQuoted(w.b, s)
+	w.b = strconv.AppendQuote(w.b, s)
 	if long {
 		w.b = append(w.b[:len(w.b)-1], "…\""...)
 	}
 	return w.check()
-}
-
-// appendQuoted is strconv.AppendQuote, with a fast path for the common
-// case of printable ASCII that needs no escapes.
-func appendQuoted(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return strconv.AppendQuote(dst, s)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
 
 func (w *limitWriter) int(n int) bool {
@@ -355,12 +236,6 @@ func summarize(w *limitWriter, v any, depth int) {
 			summarize(w, x[k], depth+1)
 		}
 		w.str("}")
-	case schemas.Message:
-		summarizeMessage(w, &x)
-	case []schemas.Message:
-		summarizeMessages(w, x)
-	case *State:
-		x.summarizeInto(w, depth)
 	default:
 		nv, err := normalize(v)
 		if err != nil {
@@ -369,50 +244,4 @@ func summarize(w *limitWriter, v any, depth int) {
 		}
 		summarize(w, nv, depth+1)
 	}
-}
-
-func summarizeMessages(w *limitWriter, msgs []schemas.Message) {
-	w.str("[")
-	for i := range msgs {
-		if i > 0 && !w.str(", ") {
-			return
-		}
-		summarizeMessage(w, &msgs[i])
-	}
-	w.str("]")
-}
-
-// summarizeMessage renders m as its message dict (see ToStarlark), keys
-// sorted as for a map.
-func summarizeMessage(w *limitWriter, m *schemas.Message) {
-	if !w.str(`{"content": `) || !w.quote(m.Content) {
-		return
-	}
-	if m.Name != "" && !(w.str(`, "name": `) && w.quote(m.Name)) {
-		return
-	}
-	if !w.str(`, "role": `) || !w.quote(m.Role) {
-		return
-	}
-	if m.ToolCallID != "" && !(w.str(`, "tool_call_id": `) && w.quote(m.ToolCallID)) {
-		return
-	}
-	if len(m.ToolCalls) > 0 {
-		if !w.str(`, "tool_calls": [`) {
-			return
-		}
-		for i, tc := range m.ToolCalls {
-			if i > 0 && !w.str(", ") {
-				return
-			}
-			if !w.str(`{"arguments": `) || !w.quote(tc.Arguments) || !w.str(`, "id": `) || !w.quote(tc.ID) ||
-				!w.str(`, "name": `) || !w.quote(tc.Name) || !w.str("}") {
-				return
-			}
-		}
-		if !w.str("]") {
-			return
-		}
-	}
-	w.str("}")
 }
