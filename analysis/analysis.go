@@ -40,9 +40,6 @@ var aliases = map[string]string{"harness": DimHarness, "model": DimModel, "task"
 // DefaultBy is the grouping when none is asked for: one line per stage.
 var DefaultBy = []string{DimRun, DimPosition, DimStage}
 
-// Dims lists the dimensions rows can be grouped by.
-func Dims() []string { return slices.Clone(dims) }
-
 // ParseBy parses a comma-separated list of dimensions ("round,harness").
 // An empty list groups every row together.
 func ParseBy(s string) ([]string, error) {

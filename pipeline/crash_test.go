@@ -132,7 +132,7 @@ func TestResumeAfterKill(t *testing.T) {
 				if err == nil {
 					break
 				}
-				if !errors.Is(err, ErrBusy) {
+				if !errors.Is(err, storage.ErrLeaseHeld) {
 					t.Fatalf("resume: %v", err)
 				}
 				time.Sleep(200 * time.Millisecond)

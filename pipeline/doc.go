@@ -20,7 +20,7 @@
 //     then fewer turns, then archive order (or the spec's initial harness).
 //     Both are stage inputs or config, so they are part of the identity.
 //   - Step holds the lease for the whole stage and renews it; a second
-//     Step on the same run gets ErrBusy naming the holder.
+//     Step on the same run gets a *storage.LeaseHeldError naming the holder.
 //   - A stage that fails stops the run: nothing of it is committed, the
 //     ledger records the failure, and the next Step retries it. A failed
 //     training can instead commit its step untrained (finetune.on_failure:

@@ -273,7 +273,7 @@ func TestConcurrentStepsOneRuns(t *testing.T) {
 				if results[i].Plan.Stage != StageRollout {
 					t.Errorf("the step ran %s, want rollout", results[i].Plan.Stage)
 				}
-			case errors.As(err, &held) && errors.Is(err, ErrBusy):
+			case errors.As(err, &held) && errors.Is(err, storage.ErrLeaseHeld):
 				busy++
 				if !strings.Contains(err.Error(), "stepper-") {
 					t.Errorf("lease error does not name the holder: %v", err)

@@ -21,11 +21,8 @@ import (
 	"github.com/whalerun/whale/storage"
 )
 
-// ErrBusy is returned (wrapped in a *storage.LeaseHeldError) when another
-// process holds the run's lease.
-var ErrBusy = storage.ErrLeaseHeld
-
-// wrapStage is a seam for the crash tests, which stall a stage.
+// wrapStage wraps every stage prepare builds: the identity, except in the
+// crash tests, which stall a stage between its upload and its commit.
 var wrapStage = func(s stages.Stage) stages.Stage { return s }
 
 // LeaseTTL is how long a lease lasts without renewal; Step renews it every
@@ -80,7 +77,8 @@ type StepResult struct {
 
 // Step runs the run's next stage under its lease. With the schedule at its
 // end it records that and returns a Plan that is Done. Another holder of
-// the lease gives an error that errors.Is ErrBusy.
+// the lease gives a *storage.LeaseHeldError, which errors.Is
+// storage.ErrLeaseHeld.
 func (r *Runner) Step(ctx context.Context) (*StepResult, error) {
 	lease, err := storage.AcquireLease(ctx, r.Store, "runs/"+r.Run+"/lease", r.holder(), LeaseTTL)
 	if err != nil {
@@ -173,7 +171,6 @@ func (r *Runner) execute(ctx context.Context, name string, spc stages.Spec, harn
 	if err != nil {
 		return stages.Result{}, err
 	}
-	st = wrapStage(st)
 	spc.Log = r.log()
 	shards := max(spc.Shards, 1)
 	var res stages.Result
@@ -207,7 +204,7 @@ func (r *Runner) prepare(ctx context.Context, name, harnessID, model string) (st
 	if err := r.useModel(st, model); err != nil {
 		return nil, err
 	}
-	return st, nil
+	return wrapStage(st), nil
 }
 
 func (r *Runner) stageImpl(name string) (stages.Stage, error) {

@@ -53,7 +53,7 @@ func (r *Runner) RunShard(ctx context.Context, name, position string, shard, sha
 	}
 	spc := p.Spec
 	spc.Shard, spc.Log = shard, r.log()
-	res, err := stages.Execute(ctx, r.Store, spc, wrapStage(st))
+	res, err := stages.Execute(ctx, r.Store, spc, st)
 	out := &StepResult{Plan: p, Result: res}
 	if err != nil {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindFailure, Position: position, Stage: name,

@@ -86,14 +86,9 @@ func (s Spec) logger(stage string) *slog.Logger {
 	return l.With("run", s.Run, "position", s.Position, "stage", stage, "shard", fmt.Sprintf("%d/%d", s.Shard, s.shards()))
 }
 
-// Identify resolves spec's inputs to their committed manifests and returns
-// the identity an execution of stage would have, without running or
-// writing anything.
-func Identify(ctx context.Context, s *storage.Store, spec Spec, stage string) (storage.Identity, error) {
-	id, _, err := identify(ctx, s, spec, stage)
-	return id, err
-}
-
+// identify resolves spec's inputs to their committed manifests and returns
+// the identity an execution of stage would have, with the manifests by
+// input name.
 func identify(ctx context.Context, s *storage.Store, spec Spec, stage string) (storage.Identity, map[string]*storage.Manifest, error) {
 	ins := make([]storage.Input, 0, len(spec.Inputs))
 	ms := make(map[string]*storage.Manifest, len(spec.Inputs))

@@ -82,9 +82,6 @@ func (w *PartWriter) Write(p []byte) (int, error) {
 // SetRows records how many rows the file holds.
 func (w *PartWriter) SetRows(n int64) { w.rows = n }
 
-// AddRows adds n to the row count.
-func (w *PartWriter) AddRows(n int64) { w.rows += n }
-
 // Size is the number of bytes written so far.
 func (w *PartWriter) Size() int64 { return w.size }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -254,67 +252,4 @@ func lrAt(o PretrainOptions, step int) float64 {
 		return o.LR * float64(step+1) / float64(o.Warmup)
 	}
 	return o.LR
-}
-
-var lastNumberRE = regexp.MustCompile(`-?\d+`)
-
-// Probe is a quick look at a model without a harness: over tasks, with or
-// without the cue in the system prompt, the share of replies with tags and
-// of replies whose tagged (Strict) or last (Lenient) number is right.
-type Probe struct {
-	N                       int
-	Tagged, Strict, Lenient float64
-}
-
-// ProbeModel samples one reply per task with the given decoding.
-func ProbeModel(ctx context.Context, m *local.Model, tasks []schemas.Task, cue bool, opts local.SampleOptions) (Probe, error) {
-	sys := "Solve the arithmetic problem."
-	if cue {
-		sys += " " + AnswerCue
-	}
-	convs := make([][]schemas.Message, len(tasks))
-	for i, t := range tasks {
-		convs[i] = []schemas.Message{{Role: "system", Content: sys}, {Role: "user", Content: t.Question}}
-	}
-	gens, err := m.GenerateChat(ctx, convs, opts)
-	if err != nil {
-		return Probe{}, fmt.Errorf("probe: %w", err)
-	}
-	pr := Probe{N: len(tasks)}
-	for i, g := range gens {
-		want := tasks[i].Answers[0]
-		if a, ok := TaggedAnswer(g.Text); ok {
-			pr.Tagged++
-			if a == want {
-				pr.Strict++
-			}
-		}
-		if nums := lastNumberRE.FindAllString(g.Text, -1); len(nums) > 0 && normInt(nums[len(nums)-1]) == want {
-			pr.Lenient++
-		}
-	}
-	n := float64(max(1, len(tasks)))
-	pr.Tagged, pr.Strict, pr.Lenient = pr.Tagged/n, pr.Strict/n, pr.Lenient/n
-	return pr, nil
-}
-
-var tagRE = regexp.MustCompile(`(?s)<answer>(.*?)</answer>`)
-
-// TaggedAnswer is the trimmed text of the last <answer>…</answer>.
-func TaggedAnswer(s string) (string, bool) {
-	all := tagRE.FindAllStringSubmatch(s, -1)
-	if len(all) == 0 {
-		return "", false
-	}
-	return strings.TrimSpace(all[len(all)-1][1]), true
-}
-
-// normInt writes an integer's text canonically ("007" → "7"); other text
-// is returned trimmed.
-func normInt(s string) string {
-	s = strings.TrimSpace(s)
-	if n, err := strconv.Atoi(s); err == nil {
-		return strconv.Itoa(n)
-	}
-	return s
 }

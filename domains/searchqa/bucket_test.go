@@ -29,7 +29,7 @@ func openFileStore(t *testing.T) *storage.Store {
 func buildSmall(t *testing.T, docs string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "idx")
-	if _, err := BuildIndex(context.Background(), dir, JSONLCorpus(strings.NewReader(docs), "small.jsonl"), BuildOptions{}); err != nil {
+	if _, err := BuildIndex(context.Background(), dir, jsonlCorpus(strings.NewReader(docs), "small.jsonl"), BuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return dir

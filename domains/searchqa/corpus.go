@@ -20,7 +20,6 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/whalerun/whale/schemas"
-	"github.com/whalerun/whale/storage"
 )
 
 // Doc is one corpus passage: Contents' first line is its title.
@@ -42,18 +41,6 @@ type CorpusFunc func(ctx context.Context, fn func(Doc) error) error
 // Each calls f.
 func (f CorpusFunc) Each(ctx context.Context, fn func(Doc) error) error { return f(ctx, fn) }
 
-// JSONLCorpus reads Search-R1 corpus lines {"id": "0", "contents":
-// "\"Title\"\ntext"} from r; name labels errors (file:line). The id may be
-// a string or a number; a line without one gets its 0-based line index
-// among documents, which is the id Search-R1's dense retriever uses. A line
-// with "title" and "text" instead of "contents" is read as title + "\n" +
-// text. Blank lines are skipped. r is read once: Each cannot be repeated.
-func JSONLCorpus(r io.Reader, name string) Corpus {
-	return CorpusFunc(func(ctx context.Context, fn func(Doc) error) error {
-		return eachJSONL(ctx, r, name, fn)
-	})
-}
-
 type jsonlDoc struct {
 	ID       json.RawMessage `json:"id"`
 	Contents *string         `json:"contents"`
@@ -61,6 +48,12 @@ type jsonlDoc struct {
 	Text     *string         `json:"text"`
 }
 
+// eachJSONL reads Search-R1 corpus lines {"id": "0", "contents":
+// "\"Title\"\ntext"} from r; name labels errors (file:line). The id may be
+// a string or a number; a line without one gets its 0-based line index
+// among documents, which is the id Search-R1's dense retriever uses. A line
+// with "title" and "text" instead of "contents" is read as title + "\n" +
+// text. Blank lines are skipped.
 func eachJSONL(ctx context.Context, r io.Reader, name string, fn func(Doc) error) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	lineNo := 0
@@ -124,16 +117,10 @@ func parseJSONLDoc(line []byte, index int) (Doc, error) {
 	return d, nil
 }
 
-// ParquetCorpus reads a Parquet file with a string column "contents" (or
+// eachParquet reads a Parquet file with a string column "contents" (or
 // "title" and "text") and an optional "id" column of strings or integers;
 // other columns are not read. A row without an id gets its 0-based row
 // index.
-func ParquetCorpus(ra io.ReaderAt, size int64, name string) Corpus {
-	return CorpusFunc(func(ctx context.Context, fn func(Doc) error) error {
-		return eachParquet(ctx, ra, size, name, fn)
-	})
-}
-
 func eachParquet(ctx context.Context, ra io.ReaderAt, size int64, name string, fn func(Doc) error) error {
 	info, err := schemas.FileInfo(ra, size)
 	if err != nil {
@@ -239,7 +226,10 @@ func cell(col arrow.Array, i int) (string, bool, error) {
 }
 
 // FileCorpus reads a local corpus file, by its name: .jsonl (also .json,
-// .jsonl.gz, .jsonl.zst) or .parquet.
+// .jsonl.gz, .jsonl.zst) or .parquet. A JSONL line or a Parquet row holds
+// "contents" (or "title" and "text", read as title + "\n" + text) and an
+// optional "id", a string or an integer; a document without an id gets its
+// 0-based index.
 func FileCorpus(path string) Corpus {
 	return CorpusFunc(func(ctx context.Context, fn func(Doc) error) error {
 		f, err := os.Open(path)
@@ -255,26 +245,6 @@ func FileCorpus(path string) Corpus {
 			return eachParquet(ctx, f, st.Size(), path, fn)
 		}
 		return eachJSONLMaybeCompressed(ctx, f, path, fn)
-	})
-}
-
-// ObjectCorpus reads a corpus object from a bucket, by its key's extension
-// as FileCorpus does. Parquet is read with range requests, JSONL streamed.
-func ObjectCorpus(store *storage.Store, key string) Corpus {
-	return CorpusFunc(func(ctx context.Context, fn func(Doc) error) error {
-		if isParquet(key) {
-			ra, err := store.OpenReaderAt(ctx, key)
-			if err != nil {
-				return fmt.Errorf("open corpus: %w", err)
-			}
-			return eachParquet(ctx, ra, ra.Size(), store.URL()+"/"+key, fn)
-		}
-		r, err := store.NewReader(ctx, key)
-		if err != nil {
-			return fmt.Errorf("open corpus: %w", err)
-		}
-		defer r.Close()
-		return eachJSONLMaybeCompressed(ctx, r, store.URL()+"/"+key, fn)
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,14 @@ import (
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// jsonlCorpus reads JSONL corpus lines from r (see eachJSONL); name labels
+// errors. r is read once: Each cannot be repeated.
+func jsonlCorpus(r io.Reader, name string) Corpus {
+	return CorpusFunc(func(ctx context.Context, fn func(Doc) error) error {
+		return eachJSONL(ctx, r, name, fn)
+	})
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

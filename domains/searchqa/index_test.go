@@ -16,7 +16,6 @@ import (
 
 	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/schemas"
-	"github.com/whalerun/whale/storage"
 )
 
 func TestTestdataQuestionsRetrieveTheirPassages(t *testing.T) {
@@ -137,11 +136,11 @@ func TestBuildIndexErrors(t *testing.T) {
 	if _, err := BuildIndex(ctx, dir, genCorpus(3, 1), BuildOptions{}); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("existing dir: err = %v", err)
 	}
-	empty := JSONLCorpus(strings.NewReader("\n\n"), "empty.jsonl")
+	empty := jsonlCorpus(strings.NewReader("\n\n"), "empty.jsonl")
 	if _, err := BuildIndex(ctx, filepath.Join(dir, "e"), empty, BuildOptions{}); err == nil || !strings.Contains(err.Error(), "no documents") {
 		t.Errorf("empty corpus: err = %v", err)
 	}
-	bad := JSONLCorpus(strings.NewReader("{\"id\": \"1\", \"contents\": \"ok\"}\n{\"id\": 2}\n"), "bad.jsonl")
+	bad := jsonlCorpus(strings.NewReader("{\"id\": \"1\", \"contents\": \"ok\"}\n{\"id\": 2}\n"), "bad.jsonl")
 	_, err := BuildIndex(ctx, filepath.Join(dir, "b"), bad, BuildOptions{})
 	if err == nil || !strings.Contains(err.Error(), "bad.jsonl:2") {
 		t.Errorf("bad line: err = %v", err)
@@ -168,7 +167,7 @@ func TestBuildIndexDuplicatesAndStats(t *testing.T) {
 {"id": "t", "title": "Split", "text": "title and text about otters"}
 `
 	dir := filepath.Join(t.TempDir(), "idx")
-	st, err := BuildIndex(ctx, dir, JSONLCorpus(strings.NewReader(in), "dups.jsonl"), BuildOptions{BatchDocs: 2, Logger: discardLogger()})
+	st, err := BuildIndex(ctx, dir, jsonlCorpus(strings.NewReader(in), "dups.jsonl"), BuildOptions{BatchDocs: 2, Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,47 +192,6 @@ func TestBuildIndexDuplicatesAndStats(t *testing.T) {
 		if got != w {
 			t.Errorf("query %d: top hit %q, want %q", i, got, w)
 		}
-	}
-}
-
-func TestObjectCorpus(t *testing.T) {
-	ctx := context.Background()
-	store := openFileStore(t)
-	raw, err := os.ReadFile("testdata/corpus.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.WriteAll(ctx, "corpora/wiki.jsonl", raw); err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	type row struct {
-		ID       string `parquet:"id"`
-		Contents string `parquet:"contents"`
-	}
-	docs := readCorpus(t)
-	rows := make([]row, len(docs))
-	for i, d := range docs {
-		rows[i] = row{d.ID, d.Contents}
-	}
-	if err := parquet.Write(&buf, rows); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.WriteAll(ctx, "corpora/wiki.parquet", buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	for _, key := range []string{"corpora/wiki.jsonl", "corpora/wiki.parquet"} {
-		var got []Doc
-		if err := ObjectCorpus(store, key).Each(ctx, func(d Doc) error { got = append(got, d); return nil }); err != nil {
-			t.Fatalf("%s: %v", key, err)
-		}
-		if !slices.Equal(got, docs) {
-			t.Errorf("%s: %d docs differ from the file's %d", key, len(got), len(docs))
-		}
-	}
-	err = ObjectCorpus(store, "corpora/missing.jsonl").Each(ctx, func(Doc) error { return nil })
-	if !errors.Is(err, storage.ErrNotFound) {
-		t.Errorf("missing object: err = %v", err)
 	}
 }
 

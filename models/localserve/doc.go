@@ -25,8 +25,8 @@
 //   - Requests arriving together are decoded in one batched Generate call
 //     per served model: a batch closes after Options.Window (2 ms) without
 //     a new request, after 5 Windows in all, or at Options.MaxBatch (64);
-//     while a batch decodes the next one queues. GenerateCalls counts the
-//     calls. A batch decodes until its longest request is done.
+//     while a batch decodes the next one queues. A batch decodes until its
+//     longest request is done.
 //   - GET /v1/models lists the base and every loaded checkpoint (id,
 //     parent, root = the path it came from, and the weights' "digest").
 //   - POST /v1/load_lora_adapter {"lora_name","lora_path"} loads a

@@ -80,7 +80,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	calls  atomic.Int64
+	calls  atomic.Int64 // batched Generate calls so far; the tests read it
 	ids    atomic.Uint64
 }
 
@@ -144,9 +144,6 @@ func (s *Server) Close() error {
 	<-s.done
 	return nil
 }
-
-// GenerateCalls is the number of batched Generate calls made so far.
-func (s *Server) GenerateCalls() int64 { return s.calls.Load() }
 
 // LoadPath loads a checkpoint from a file, or from a directory holding
 // CheckpointFile or exactly one checkpoint file (found by its magic).

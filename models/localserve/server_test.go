@@ -192,7 +192,7 @@ func TestBatching(t *testing.T) {
 		return models.Sampling{Temperature: models.Ptr(1.0), MaxTokens: models.Ptr(int64(16)), Seed: models.Ptr(seed)}
 	}
 	alone := ask(t, f.client, "q", sample(5)).Content
-	before := f.srv.GenerateCalls()
+	before := f.srv.calls.Load()
 	const n = 16
 	got := make([]string, n)
 	var wg sync.WaitGroup
@@ -207,7 +207,7 @@ func TestBatching(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	calls := f.srv.GenerateCalls() - before
+	calls := f.srv.calls.Load() - before
 	if calls >= n || calls < 1 {
 		t.Errorf("%d concurrent requests took %d Generate calls, want fewer", n, calls)
 	}
