@@ -416,18 +416,43 @@ func normalizeIn(v any, b *budget, depth int) (any, error) {
 		}
 		return out, nil
 	case fields:
-		return normalizeIn(x.plain(), b, depth)
+		if err := b.addItems(len(x)); err != nil {
+			return nil, err
+		}
+		out := make(map[string]any, len(x))
+		for _, f := range x {
+			gv, err := normalizeIn(f.value, b, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("[%q]: %w", f.key, err)
+			}
+			if err := b.addBytes(len(f.key)); err != nil {
+				return nil, err
+			}
+			out[f.key] = gv
+		}
+		return out, nil
 	case schemas.Message:
-		return normalizeIn(MessageDict(x), b, depth)
+		return normalizeIn(messageFields(x), b, depth)
 	case *schemas.Message:
 		if x == nil {
 			return nil, nil
 		}
-		return normalizeIn(MessageDict(*x), b, depth)
+		return normalizeIn(messageFields(*x), b, depth)
 	case []schemas.Message:
-		return normalizeIn(MessageDicts(x), b, depth)
+		if err := b.addItems(len(x)); err != nil {
+			return nil, err
+		}
+		out := make([]any, len(x))
+		for i, m := range x {
+			gv, err := normalizeIn(messageFields(m), b, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = gv
+		}
+		return out, nil
 	case schemas.ToolCall:
-		return normalizeIn(toolCallFields(x).plain(), b, depth)
+		return normalizeIn(toolCallFields(x), b, depth)
 	case starlark.Value:
 		return fromStarlark(x, b, depth)
 	}

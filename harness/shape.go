@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -69,8 +70,10 @@ func (s ListOf) Validate(v any, path string) error {
 		return fmt.Errorf("%s: want at most %d elements, got %d", path, s.Max, len(l))
 	}
 	for i, e := range l {
-		if err := s.Elem.Validate(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-			return err
+		// The element's path is spelled only once it failed: building it
+		// for every element cost more than the check itself.
+		if s.Elem.Validate(e, path) != nil {
+			return s.Elem.Validate(e, fmt.Sprintf("%s[%d]", path, i))
 		}
 	}
 	return nil
@@ -92,8 +95,8 @@ func (s DictOf) Validate(v any, path string) error {
 		return fmt.Errorf("%s: want %s, got %s", path, s, describe(v))
 	}
 	for _, k := range sortedKeys(m) {
-		if err := s.Elem.Validate(m[k], fmt.Sprintf("%s[%q]", path, k)); err != nil {
-			return err
+		if s.Elem.Validate(m[k], path) != nil { // see ListOf.Validate
+			return s.Elem.Validate(m[k], fmt.Sprintf("%s[%q]", path, k))
 		}
 	}
 	return nil
@@ -121,23 +124,25 @@ func (s Record) Validate(v any, path string) error {
 	if !ok {
 		return fmt.Errorf("%s: want %s, got %s", path, s, describe(v))
 	}
-	known := make(map[string]bool, len(s.Fields))
+	present := 0
 	for _, f := range s.Fields {
-		known[f.Name] = true
-		fv, present := m[f.Name]
-		if !present {
+		fv, ok := m[f.Name]
+		if !ok {
 			if f.Optional {
 				continue
 			}
 			return fmt.Errorf("%s: missing key %q (want %s)", path, f.Name, s.describeKeys())
 		}
-		if err := f.Shape.Validate(fv, fmt.Sprintf("%s[%q]", path, f.Name)); err != nil {
-			return err
+		present++
+		if f.Shape.Validate(fv, path) != nil { // see ListOf.Validate
+			return f.Shape.Validate(fv, fmt.Sprintf("%s[%q]", path, f.Name))
 		}
 	}
-	if !s.Open {
+	// Field names are distinct: any key beyond those present is one the
+	// record does not name.
+	if !s.Open && len(m) > present {
 		for _, k := range sortedKeys(m) {
-			if !known[k] {
+			if !slices.ContainsFunc(s.Fields, func(f Field) bool { return f.Name == k }) {
 				return fmt.Errorf("%s: unknown key %q (allowed: %s)", path, k, s.describeKeys())
 			}
 		}

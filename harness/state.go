@@ -1,6 +1,10 @@
 package harness
 
-import "github.com/whalerun/whale/schemas"
+import (
+	"math"
+
+	"github.com/whalerun/whale/schemas"
+)
 
 // State is the episode state of Base's StateDoc as an episode loop keeps
 // it. Dict is the one place its keys are spelled: hooks get that dict, a
@@ -40,7 +44,8 @@ func (s *State) Dict() map[string]any {
 // MessageDict is m as hooks see a message, in plain Go (see
 // messageFields). MessagesFrom is its inverse.
 func MessageDict(m schemas.Message) map[string]any {
-	return messageFields(m).plain()
+	v, _ := normalizeIn(messageFields(m), &budget{maxBytes: math.MaxInt, maxItems: math.MaxInt}, 0) // strings only: it cannot fail
+	return v.(map[string]any)
 }
 
 // MessageDicts is MessageDict of each message, as a list.
@@ -85,27 +90,4 @@ type fields []field
 type field struct {
 	key   string
 	value any
-}
-
-// plain is f as a map, nested fields included.
-func (f fields) plain() map[string]any {
-	m := make(map[string]any, len(f))
-	for _, e := range f {
-		m[e.key] = plainFields(e.value)
-	}
-	return m
-}
-
-func plainFields(v any) any {
-	switch x := v.(type) {
-	case fields:
-		return x.plain()
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = plainFields(e)
-		}
-		return out
-	}
-	return v
 }

@@ -236,6 +236,16 @@ func summarize(w *limitWriter, v any, depth int) {
 			summarize(w, x[k], depth+1)
 		}
 		w.str("}")
+	case []schemas.Message:
+		// Message by message: a summary shows a few of them at most.
+		w.str("[")
+		for i, m := range x {
+			if i > 0 && !w.str(", ") {
+				return
+			}
+			summarize(w, MessageDict(m), depth+1)
+		}
+		w.str("]")
 	default:
 		nv, err := normalize(v)
 		if err != nil {
