@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/internal/buildinfo"
@@ -74,75 +73,10 @@ func unknownSubcommand(c *cli.Context) error {
 }
 
 // action adapts fn, which takes the command's positional arguments, to
-// urfave/cli. urfave/cli v2 stops parsing flags at the first positional
-// argument, but `whale data import FILE --name N` is how people type it:
-// flags that follow the arguments are applied here.
+// urfave/cli. Flags typed after the arguments reach urfave/cli in front of
+// them (see flagsFirst), so fn sees positional arguments only.
 func action(fn func(c *cli.Context, args []string) error) cli.ActionFunc {
-	return func(c *cli.Context) error {
-		args, help, err := positional(c)
-		if err != nil {
-			return err
-		}
-		if help {
-			cli.HelpPrinter(c.App.Writer, cli.CommandHelpTemplate, c.Command)
-			return nil
-		}
-		return fn(c, args)
-	}
-}
-
-// positional splits what urfave/cli left as arguments into positional
-// arguments and flags, and sets the flags on c. A "--" after the first
-// argument ends the flags (one before it is consumed by urfave/cli, out of
-// sight); an argument that starts with "-" and names no flag of the
-// command is a usage error, so pass a file named like a flag as ./-name.
-func positional(c *cli.Context) (args []string, help bool, err error) {
-	raw := c.Args().Slice()
-	for i := 0; i < len(raw); i++ {
-		a := raw[i]
-		if a == "--" {
-			return append(args, raw[i+1:]...), false, nil
-		}
-		if len(a) < 2 || a[0] != '-' {
-			args = append(args, a)
-			continue
-		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		f := findFlag(c.Command.Flags, name)
-		if f == nil {
-			return nil, false, usagef("flag provided but not defined: %s (see %s --help)", a, c.Command.HelpName)
-		}
-		primary := f.Names()[0]
-		if primary == "help" {
-			return nil, true, nil
-		}
-		if tv, ok := f.(interface{ TakesValue() bool }); ok && !tv.TakesValue() {
-			if !hasValue {
-				value = "true"
-			}
-		} else if !hasValue {
-			if i+1 >= len(raw) {
-				return nil, false, usagef("flag needs an argument: %s (see %s --help)", a, c.Command.HelpName)
-			}
-			i++
-			value = raw[i]
-		}
-		if err := c.Set(primary, value); err != nil {
-			return nil, false, usagef("invalid value %q for flag %s: %v (see %s --help)", value, a, err, c.Command.HelpName)
-		}
-	}
-	return args, false, nil
-}
-
-func findFlag(flags []cli.Flag, name string) cli.Flag {
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			if n == name {
-				return f
-			}
-		}
-	}
-	return nil
+	return func(c *cli.Context) error { return fn(c, c.Args().Slice()) }
 }
 
 // rootFlag is the bucket URL every command that touches artifacts takes.

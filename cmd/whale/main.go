@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -60,12 +61,37 @@ func exitCode(err error) int {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp(os.Stdout, os.Stderr).RunContext(ctx, os.Args)
+	err := runApp(ctx, os.Stdout, os.Stderr, os.Args)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "whale:", err)
 	}
 	os.Exit(exitCode(err))
+}
+
+// runApp runs the command line args (os.Args: the program name first) as
+// main does, minus the exit: flags may follow positional arguments (see
+// flagsFirst), and a Required flag left out is a usage error.
+func runApp(ctx context.Context, stdout, stderr io.Writer, args []string) error {
+	app := newApp(stdout, stderr)
+	err := app.RunContext(ctx, flagsFirst(app, args))
+	if missingRequiredFlag(err) {
+		return usageError{err}
+	}
+	return err
+}
+
+// missingRequiredFlag recognizes urfave/cli's error for Required flags not
+// given, which it returns without OnUsageError and as an unexported type:
+// by its wording, "Required flag %q not set" or "Required flags %q not set".
+func missingRequiredFlag(err error) bool {
+	var ue usageError
+	var ce conflictError
+	if err == nil || errors.As(err, &ue) || errors.As(err, &ce) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "Required flag") && strings.HasSuffix(msg, " not set")
 }
 
 const exitCodesHelp = `EXIT CODES:

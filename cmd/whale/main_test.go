@@ -130,7 +130,7 @@ func whale(t *testing.T, args ...string) cliResult {
 	defer cancel()
 	// newApp points slog at errOut; later tests must not log into it.
 	defer slog.SetDefault(slog.Default())
-	err := newApp(&out, &errOut).RunContext(ctx, append([]string{"whale"}, args...))
+	err := runApp(ctx, &out, &errOut, append([]string{"whale"}, args...))
 	return cliResult{stdout: out.String(), stderr: errOut.String(), err: err, code: exitCode(err)}
 }
 
