@@ -28,7 +28,7 @@ func TestRuntimeLocalProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	exp := &spec.Experiment{Domain: spec.DomainChess, Model: spec.Model{Provider: spec.ProviderLocal, Name: "tiny", Checkpoint: ckpt}}
+	exp := &spec.Experiment{Domain: "chess", Model: spec.Model{Provider: spec.ProviderLocal, Name: "tiny", Checkpoint: ckpt}}
 	rt, err := NewRuntime(ctx, nil, exp, RuntimeOptions{Log: discard})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestRuntimeLocalResolvesRunCheckpoints(t *testing.T) {
 	}
 	id := res.Manifest.Summary[finetune.SumModelID].(string)
 
-	exp := &spec.Experiment{Domain: spec.DomainChess, Model: spec.Model{Provider: spec.ProviderLocal, Name: "tiny", Checkpoint: ckpt}}
+	exp := &spec.Experiment{Domain: "chess", Model: spec.Model{Provider: spec.ProviderLocal, Name: "tiny", Checkpoint: ckpt}}
 	rt, err := NewRuntime(ctx, s, exp, RuntimeOptions{Log: discard, Run: "exp"})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/internal/buildinfo"
 	"github.com/whalerun/whale/schemas"
@@ -54,7 +55,7 @@ reward_model.ground_truth, extra_info.`,
 				rootFlag(),
 				&cli.StringFlag{Name: "name", Usage: "dataset `NAME` (lowercase letters, digits, dashes); default: the file's name without extensions"},
 				&cli.StringFlag{Name: "format", Usage: "jsonl, lichess or verl; default: from the file's extension and first bytes"},
-				&cli.StringFlag{Name: "domain", Usage: "domain of the tasks where the data does not say: searchqa, math, chess, demo"},
+				&cli.StringFlag{Name: "domain", Usage: "domain of the tasks where the data does not say: " + strings.Join(registry.Names(), ", ")},
 				&cli.StringFlag{Name: "split", Usage: "split of the tasks where the data does not say: train, search, test, ..."},
 			},
 			Action: action(func(c *cli.Context, args []string) error {

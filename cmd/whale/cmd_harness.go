@@ -31,8 +31,8 @@ func harnessCommand() *cli.Command {
 				Name:      "doc",
 				Usage:     "print a domain's harness contract (Markdown): constants, hooks, state, helpers, sandbox rules",
 				ArgsUsage: "DOMAIN",
-				Description: `DOMAIN is chess, math or searchqa. The text is what a proposer receives
-to write a harness for that domain.`,
+				Description: "DOMAIN is one of " + strings.Join(registry.Names(), ", ") + `. The text is what a
+proposer receives to write a harness for that domain.`,
 				Action: action(func(c *cli.Context, args []string) error {
 					if len(args) != 1 {
 						return usagef("harness doc takes one domain, got %d arguments", len(args))
@@ -55,14 +55,14 @@ file), the constants and hooks the file defines and any warnings. A harness
 that does not load is a usage error (exit code 2) naming file:line of each
 problem.`,
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "domain", Usage: "`DOMAIN` whose contract applies: chess, math or searchqa"},
+					&cli.StringFlag{Name: "domain", Usage: "`DOMAIN` whose contract applies: " + strings.Join(registry.Names(), ", ")},
 				},
 				Action: action(func(c *cli.Context, args []string) error {
 					if len(args) != 1 {
 						return usagef("harness check takes one harness file, got %d arguments", len(args))
 					}
 					if c.String("domain") == "" {
-						return usagef("harness check needs --domain (chess, math or searchqa)")
+						return usagef("harness check needs --domain (%s)", strings.Join(registry.Names(), ", "))
 					}
 					return runHarnessCheck(args[0], c.String("domain"), c.App.Writer)
 				}),

@@ -345,8 +345,12 @@ func scanDatasetTasks(ctx context.Context, o harnessRunOptions, fn func(schemas.
 func (o harnessRunOptions) resources(ctx context.Context, h *harness.Harness) (registry.Resources, func(), error) {
 	var res registry.Resources
 	noop := func() {}
-	switch o.Domain {
-	case "searchqa":
+	dom, err := registry.Get(o.Domain)
+	if err != nil {
+		return res, noop, usageError{err}
+	}
+	switch {
+	case dom.Needs(registry.ToolRetriever):
 		switch {
 		case o.Retriever != "":
 			c, err := searchqa.NewClient(o.Retriever, searchqa.ClientOptions{})
@@ -364,8 +368,9 @@ func (o harnessRunOptions) resources(ctx context.Context, h *harness.Harness) (r
 		default:
 			slog.Warn("harness run: no --retriever or --index; every search will fail with \"no retriever configured\"")
 		}
-	case "math":
-		if !h.Bool("CODE_TOOL") {
+	case dom.Needs(registry.ToolSandbox):
+		// A harness may switch the code tool off (math's CODE_TOOL).
+		if _, ok := h.Contract().Const("CODE_TOOL"); ok && !h.Bool("CODE_TOOL") {
 			return res, noop, nil
 		}
 		if o.Sandbox != "" {

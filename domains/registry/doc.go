@@ -1,8 +1,14 @@
-// Package registry names the domains the episode loop can play and builds
-// them with the outside tools they need.
+// Package registry is the table of domains: each Entry names a domain,
+// builds it with the outside tools it needs, and carries the defaults its
+// experiments take (learning rate, the built-in model). The experiment
+// spec validates a domain against it; the runtime and the CLI build
+// domains through it. Adding a domain is its package and one Register
+// call (in this package's init for the built-in ones).
 //
 // Contract:
-//   - Names lists every domain Lookup knows, sorted.
+//   - All lists the entries in the order registered; Names their names,
+//     sorted. Register rejects a taken or malformed name, a missing
+//     constructor and an unknown tool.
 //   - Lookup returns a fresh episode.Domain for a name, wired to the tools in
 //     Resources. A missing tool is not an error here: the domain still
 //     plays, and each call of that tool becomes a ToolError ("no retriever

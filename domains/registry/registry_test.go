@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/schemas"
 )
@@ -65,5 +66,35 @@ func TestMissingTools(t *testing.T) {
 				t.Errorf("Step = %+v, %v; want ToolError %q", st, err, tt.want)
 			}
 		})
+	}
+}
+
+// The built-in domains keep the paper's order, and Register refuses what
+// would make the table ambiguous or unusable.
+func TestRegister(t *testing.T) {
+	var names []string
+	for _, e := range All() {
+		names = append(names, e.Name)
+	}
+	if want := []string{"searchqa", "math", "chess", "demo"}; !slices.Equal(names[:4], want) {
+		t.Errorf("All = %v, want %v first", names, want)
+	}
+	if e, err := Get("math"); err != nil || e.LearningRate != 1e-7 || !e.Needs(ToolSandbox) || e.Needs(ToolRetriever) {
+		t.Errorf("Get(math) = %+v, %v", e, err)
+	}
+	ok := func(Resources) episode.Domain { return nil }
+	for _, tc := range []struct {
+		e    Entry
+		want string
+	}{
+		{Entry{Name: "chess", New: ok}, "already registered"},
+		{Entry{Name: "", New: ok}, "lowercase letters"},
+		{Entry{Name: "Bad Name", New: ok}, "lowercase letters"},
+		{Entry{Name: "noctor"}, "no constructor"},
+		{Entry{Name: "tooly", New: ok, Tools: []string{"browser"}}, `unknown tool "browser"`},
+	} {
+		if err := Register(tc.e); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Register(%+v) = %v, want an error saying %q", tc.e, err, tc.want)
+		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 // phase is 2 steps; the budget of 3 steps leaves room for one harness phase.
 func ExampleNext() {
 	e := spec.Defaults()
-	e.Name, e.Domain = "example", spec.DomainDemo
+	e.Name, e.Domain = "example", "demo"
 	e.Switch.Fixed = spec.FixedSwitch{Epochs: 0.4, Iterations: 2}
 	e.RSFT.BatchSize, e.RSFT.GroupSize = 4, 2
 	e.Harness.SearchSetSize = 8

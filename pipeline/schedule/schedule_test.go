@@ -44,7 +44,7 @@ func TestArithmetic(t *testing.T) {
 
 func TestParamsPaperDefaults(t *testing.T) {
 	e := spec.Defaults()
-	e.Name, e.Domain = "paper", spec.DomainSearchQA
+	e.Name, e.Domain = "paper", "searchqa"
 	e.Budget.Epochs = 3
 	e.Normalize()
 	pl, err := New(Inputs{Experiment: &e, TrainSize: 17000, TestSize: 500, SearchSize: 1000})

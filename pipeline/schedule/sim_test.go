@@ -25,7 +25,7 @@ const (
 func experiment(schedule string, edit func(*spec.Experiment)) *spec.Experiment {
 	e := spec.Defaults()
 	e.Name = "t"
-	e.Domain = spec.DomainDemo
+	e.Domain = "demo"
 	e.Schedule = schedule
 	e.RSFT.BatchSize = 8
 	e.RSFT.GroupSize = 2

@@ -1,14 +1,14 @@
 package spec
 
-import "reflect"
+import (
+	"reflect"
 
-// Domains, schedules and the other enumerations of the experiment file.
+	"github.com/whalerun/whale/domains/registry"
+)
+
+// Schedules and the other enumerations of the experiment file. Domains are
+// those of domains/registry.
 const (
-	DomainSearchQA = "searchqa"
-	DomainMath     = "math"
-	DomainChess    = "chess"
-	DomainDemo     = "demo"
-
 	ScheduleWhale       = "whale"
 	ScheduleWeightsOnly = "weights-only"
 	ScheduleHarnessOnly = "harness-only"
@@ -42,7 +42,6 @@ const (
 )
 
 var (
-	Domains   = []string{DomainSearchQA, DomainMath, DomainChess, DomainDemo}
 	Schedules = []string{ScheduleWhale, ScheduleWeightsOnly, ScheduleHarnessOnly, ScheduleStagewise, ScheduleFST}
 	Switches  = []string{SwitchFixed, SwitchPatience}
 	Providers = []string{ProviderOpenAI, ProviderLocal}
@@ -59,7 +58,7 @@ type Experiment struct {
 	Name string `yaml:"name" json:"name"`
 	// Description is free text for the report.
 	Description string `yaml:"description" json:"description"`
-	// Domain is searchqa, math, chess or demo.
+	// Domain is one of domains/registry: searchqa, math, chess, demo.
 	Domain string `yaml:"domain" json:"domain"`
 	// Schedule is whale (alternation), weights-only, harness-only,
 	// stagewise or fst (alternation with prompt-only harness search).
@@ -156,8 +155,8 @@ type RSFT struct {
 	GroupSize int     `yaml:"group_size" json:"group_size"`
 	BatchSize int     `yaml:"batch_size" json:"batch_size"`
 	Threshold float64 `yaml:"threshold" json:"threshold"`
-	// LearningRate defaults by domain: 1e-7 math, 1e-6 searchqa and chess,
-	// 1e-3 for the built-in demo model.
+	// LearningRate defaults by domain (registry.Entry.LearningRate): 1e-7
+	// math, 1e-6 searchqa and chess, 1e-3 for the built-in demo model.
 	LearningRate float64 `yaml:"learning_rate" json:"learning_rate"`
 	// SFTEpochs over the accepted set per step (1 in the paper).
 	SFTEpochs int  `yaml:"sft_epochs" json:"sft_epochs"`
@@ -313,6 +312,7 @@ func Defaults() Experiment {
 // meaningful (temperature 0, prompt_only false) are left alone: start from
 // Defaults to get the paper's values. Normalize is idempotent.
 func (e *Experiment) Normalize() {
+	dom, _ := registry.Get(e.Domain) // zero for an unknown domain, which validation reports
 	if e.Schedule == "" {
 		e.Schedule = ScheduleWhale
 	}
@@ -325,7 +325,7 @@ func (e *Experiment) Normalize() {
 		e.Harness.PromptOnly = true
 	}
 	if e.Model.Provider == "" {
-		if e.Domain == DomainDemo && len(e.Model.Endpoints) == 0 {
+		if dom.Local && len(e.Model.Endpoints) == 0 {
 			e.Model.Provider = ProviderLocal
 		} else {
 			e.Model.Provider = ProviderOpenAI
@@ -335,17 +335,10 @@ func (e *Experiment) Normalize() {
 		e.Model.Checkpoint = e.Model.Name
 	}
 	if e.RSFT.LearningRate == 0 {
-		switch e.Domain {
-		case DomainMath:
-			e.RSFT.LearningRate = 1e-7
-		case DomainSearchQA, DomainChess:
-			e.RSFT.LearningRate = 1e-6
-		case DomainDemo:
-			e.RSFT.LearningRate = 1e-3
-		}
+		e.RSFT.LearningRate = dom.LearningRate
 	}
 	if e.Harness.Proposer == "" {
-		if e.Domain == DomainDemo {
+		if dom.Local {
 			e.Harness.Proposer = ProposerMutate
 		} else {
 			e.Harness.Proposer = ProposerAgent
@@ -374,7 +367,7 @@ func (e *Experiment) Normalize() {
 	if e.Slurm.Stages == nil {
 		e.Slurm.Stages = map[string]SlurmResources{}
 	}
-	if e.Domain == DomainMath && e.Tools.Sandbox == "" {
+	if dom.Needs(registry.ToolSandbox) && e.Tools.Sandbox == "" {
 		e.Tools.Sandbox = SandboxLocal
 	}
 	if e.Rollout.Concurrency == 0 {

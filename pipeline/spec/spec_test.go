@@ -46,7 +46,7 @@ func TestExampleFile(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	if e.Domain != DomainChess || e.Schedule != ScheduleWhale || e.Switch.Mode != SwitchFixed {
+	if e.Domain != "chess" || e.Schedule != ScheduleWhale || e.Switch.Mode != SwitchFixed {
 		t.Errorf("domain/schedule/switch = %s/%s/%s", e.Domain, e.Schedule, e.Switch.Mode)
 	}
 	if len(e.Model.Endpoints) != 2 || e.Rollout.Concurrency != 128 {
@@ -111,10 +111,10 @@ func TestDomainDefaults(t *testing.T) {
 		lr       float64
 		proposer string
 	}{
-		{DomainMath, 1e-7, ProposerAgent},
-		{DomainSearchQA, 1e-6, ProposerAgent},
-		{DomainChess, 1e-6, ProposerAgent},
-		{DomainDemo, 1e-3, ProposerMutate},
+		{"math", 1e-7, ProposerAgent},
+		{"searchqa", 1e-6, ProposerAgent},
+		{"chess", 1e-6, ProposerAgent},
+		{"demo", 1e-3, ProposerMutate},
 	}
 	for _, tt := range tests {
 		e := Defaults()
@@ -126,7 +126,7 @@ func TestDomainDefaults(t *testing.T) {
 	}
 	// The demo without endpoints runs the built-in model end to end.
 	e := Defaults()
-	e.Domain = DomainDemo
+	e.Domain = "demo"
 	e.Normalize()
 	if e.Model.Provider != ProviderLocal || e.Finetune.Backend != FinetuneLocal || e.Finetune.Reload != ReloadVLLMLoRA {
 		t.Errorf("demo: provider %s backend %s reload %s", e.Model.Provider, e.Finetune.Backend, e.Finetune.Reload)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -131,7 +132,11 @@ func (e *Experiment) validate() ErrorList {
 	} else if !nameRE.MatchString(e.Name) {
 		c.add("name", "must be lowercase letters, digits and '-', starting with a letter or digit, at most 63 characters; got %q", e.Name)
 	}
-	c.oneOf("domain", e.Domain, Domains)
+	var domains []string
+	for _, d := range registry.All() {
+		domains = append(domains, d.Name)
+	}
+	c.oneOf("domain", e.Domain, domains)
 	c.oneOf("schedule", e.Schedule, Schedules)
 	weights, harness := e.HasWeightPhases(), e.HasHarnessPhases()
 
@@ -361,10 +366,10 @@ func (e *Experiment) validateBudget(c *checker, weights bool) {
 
 func (e *Experiment) validateTools(c *checker) {
 	t := e.Tools
-	if e.Domain == DomainSearchQA {
+	if dom, err := registry.Get(e.Domain); err == nil && dom.Needs(registry.ToolRetriever) {
 		switch {
 		case t.Retriever == "":
-			c.add("tools.retriever", "required for searchqa: the URL of a Search-R1 retrieval server, or index:NAME for an index built with `whale index build`")
+			c.add("tools.retriever", "required for %s: the URL of a Search-R1 retrieval server, or index:NAME for an index built with `whale index build`", e.Domain)
 		case strings.HasPrefix(t.Retriever, RetrieverIndexPrefix):
 			if err := storage.CheckDataset(strings.TrimPrefix(t.Retriever, RetrieverIndexPrefix)); err != nil {
 				c.add("tools.retriever", "index name: %v", err)
