@@ -272,7 +272,7 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 			HarnessIterations: e.Budget.HarnessIterations},
 		Units: []Unit{}, Phases: []Phase{}, Tests: []TestPoint{}, Candidates: []Candidate{},
 	}
-	if e.Schedule == spec.ScheduleWhale || e.Schedule == spec.ScheduleFST {
+	if e.Alternates() {
 		r.Switch = e.Switch.Mode
 		if e.Switch.Mode == spec.SwitchFixed {
 			r.Switch = fmt.Sprintf("fixed E=%g I=%d", e.Switch.Fixed.Epochs, e.Switch.Fixed.Iterations)

@@ -222,7 +222,7 @@ func writeIfChanged(path string, data []byte) error {
 }
 
 func demoLabel(e *spec.Experiment) string {
-	if e.Schedule == spec.ScheduleWhale || e.Schedule == spec.ScheduleFST {
+	if e.Alternates() {
 		return e.Schedule + " (" + e.Switch.Mode + ")"
 	}
 	return e.Schedule

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/whalerun/whale/pipeline/schedule/schedules"
 	"github.com/whalerun/whale/pipeline/spec"
 )
 
@@ -57,30 +58,35 @@ func newState(pl *Planner) *state {
 	return &state{pl: pl, p: pl.p, phase: -1, testedPhase: -2}
 }
 
-func (s *state) alternating() bool {
-	return s.p.Schedule == spec.ScheduleWhale || s.p.Schedule == spec.ScheduleFST
+// sched is the row of the run's schedule (Plan has checked it exists).
+func (s *state) sched() schedules.Schedule {
+	sc, _ := schedules.Get(s.p.Schedule)
+	return sc
 }
+
+func (s *state) alternating() bool { return s.sched().Alternates }
 
 // phaseKind is the kind of phase ph, or false when the schedule has no such
 // phase.
 func (s *state) phaseKind(ph int) (Kind, bool) {
-	switch s.p.Schedule {
-	case spec.ScheduleWhale, spec.ScheduleFST:
+	sc := s.sched()
+	switch {
+	case sc.Alternates:
 		if ph%2 == 0 {
 			return KindWeight, true
 		}
 		return KindHarness, true
-	case spec.ScheduleWeightsOnly:
-		return KindWeight, true
-	case spec.ScheduleHarnessOnly:
-		return KindHarness, ph == 0
-	case spec.ScheduleStagewise:
+	case sc.Weights && sc.Harness: // one weight phase, then one harness phase
 		switch ph {
 		case 0:
 			return KindWeight, true
 		case 1:
 			return KindHarness, true
 		}
+	case sc.Weights: // weight phases until a budget ends
+		return KindWeight, true
+	case sc.Harness:
+		return KindHarness, ph == 0
 	}
 	return "", false
 }
@@ -91,10 +97,10 @@ func (s *state) round(ph int) int {
 	if ph < 0 {
 		return 0
 	}
-	switch s.p.Schedule {
-	case spec.ScheduleWhale, spec.ScheduleFST:
+	switch sc := s.sched(); {
+	case sc.Alternates:
 		return ph/2 + 1
-	case spec.ScheduleWeightsOnly:
+	case !sc.Harness:
 		return ph + 1
 	}
 	return 1
@@ -211,11 +217,11 @@ func joinReason(a, b string) string {
 }
 
 func (s *state) lastPhaseReason() string {
-	switch s.p.Schedule {
-	case spec.ScheduleHarnessOnly:
-		return "harness-only runs one harness phase"
-	case spec.ScheduleStagewise:
-		return "stagewise ends after its harness stage"
+	switch sc := s.sched(); {
+	case !sc.Weights:
+		return sc.Name + " runs one harness phase"
+	case sc.Harness && !sc.Alternates:
+		return sc.Name + " ends after its harness stage"
 	}
 	return "no further phase"
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/whalerun/whale/pipeline/schedule/schedules"
 	"github.com/whalerun/whale/pipeline/spec"
 )
 
@@ -144,12 +145,11 @@ func New(in Inputs) (*Planner, error) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInputs}, args...)...))
 	}
 	p := Params{Schedule: e.Schedule, Mode: e.Switch.Mode}
-	alternating := e.Schedule == spec.ScheduleWhale || e.Schedule == spec.ScheduleFST
-	switch e.Schedule {
-	case spec.ScheduleWhale, spec.ScheduleFST, spec.ScheduleWeightsOnly, spec.ScheduleHarnessOnly, spec.ScheduleStagewise:
-	default:
-		bad("schedule %q is not one of %v", e.Schedule, spec.Schedules)
+	sc, ok := schedules.Get(e.Schedule)
+	if !ok {
+		bad("schedule %q is not one of %v", e.Schedule, schedules.Names())
 	}
+	alternating := sc.Alternates
 	if alternating && e.Switch.Mode != spec.SwitchFixed && e.Switch.Mode != spec.SwitchPatience {
 		bad("switch.mode %q is not fixed or patience", e.Switch.Mode)
 	}
@@ -202,10 +202,10 @@ func New(in Inputs) (*Planner, error) {
 			bad("schedule %s: set budget.harness_iterations or budget.rollouts, or harness search never ends", e.Schedule)
 		}
 	}
-	if e.Schedule == spec.ScheduleStagewise {
-		// Without a harness-iteration budget the harness stage is bounded by
-		// rollouts alone; keeping at least its first iteration is what makes
-		// it a stage at all.
+	if sc.Weights && sc.Harness && !alternating {
+		// Stagewise. Without a harness-iteration budget the harness stage
+		// is bounded by rollouts alone; keeping at least its first
+		// iteration is what makes it a stage at all.
 		p.HarnessReserve = p.FirstIterationRollouts
 		if p.MaxHarnessIterations > 0 {
 			p.HarnessReserve = HarnessPhaseRollouts(e, p.SearchSize, p.MaxHarnessIterations)
@@ -237,7 +237,7 @@ func New(in Inputs) (*Planner, error) {
 			p.HarnessMin, p.HarnessPatience, p.HarnessCap = s.HarnessMin, s.HarnessPatience, s.HarnessCap
 		}
 	}
-	if e.Schedule == spec.ScheduleWeightsOnly && e.Switch.Fixed.Epochs > 0 && !math.IsInf(e.Switch.Fixed.Epochs, 0) {
+	if sc.Weights && !sc.Harness && e.Switch.Fixed.Epochs > 0 && !math.IsInf(e.Switch.Fixed.Epochs, 0) {
 		// Weights-only has nothing to switch to; its weight steps are cut
 		// into phases of whale's fixed length only so that the baseline is
 		// tested at the same points of training as whale.

@@ -4,10 +4,12 @@ import (
 	"reflect"
 
 	"github.com/whalerun/whale/domains/registry"
+	"github.com/whalerun/whale/pipeline/schedule/schedules"
 )
 
-// Schedules and the other enumerations of the experiment file. Domains are
-// those of domains/registry.
+// Names of the experiment file's enumerations. Domains are those of
+// domains/registry, schedules those of pipeline/schedule/schedules (the
+// Schedule names here are for callers that pick one).
 const (
 	ScheduleWhale       = "whale"
 	ScheduleWeightsOnly = "weights-only"
@@ -42,7 +44,6 @@ const (
 )
 
 var (
-	Schedules = []string{ScheduleWhale, ScheduleWeightsOnly, ScheduleHarnessOnly, ScheduleStagewise, ScheduleFST}
 	Switches  = []string{SwitchFixed, SwitchPatience}
 	Providers = []string{ProviderOpenAI, ProviderLocal}
 	Proposers = []string{ProposerMutate, ProposerLLM, ProposerAgent}
@@ -319,7 +320,7 @@ func (e *Experiment) Normalize() {
 	if e.Switch.Mode == "" {
 		e.Switch.Mode = SwitchFixed
 	}
-	if e.Schedule == ScheduleFST {
+	if s, _ := schedules.Get(e.Schedule); s.PromptOnly {
 		// FST is defined by prompt-only search; a spec that says otherwise
 		// would not be FST.
 		e.Harness.PromptOnly = true
@@ -387,11 +388,25 @@ func (e *Experiment) Normalize() {
 	}
 }
 
-// HasWeightPhases reports whether the schedule trains the model.
-func (e *Experiment) HasWeightPhases() bool { return e.Schedule != ScheduleHarnessOnly }
+// HasWeightPhases reports whether the schedule trains the model (an
+// unknown schedule, which validation reports, counts as both).
+func (e *Experiment) HasWeightPhases() bool {
+	s, ok := schedules.Get(e.Schedule)
+	return !ok || s.Weights
+}
 
 // HasHarnessPhases reports whether the schedule searches harnesses.
-func (e *Experiment) HasHarnessPhases() bool { return e.Schedule != ScheduleWeightsOnly }
+func (e *Experiment) HasHarnessPhases() bool {
+	s, ok := schedules.Get(e.Schedule)
+	return !ok || s.Harness
+}
+
+// Alternates reports whether weight and harness phases take turns, so
+// that the switch block applies.
+func (e *Experiment) Alternates() bool {
+	s, _ := schedules.Get(e.Schedule)
+	return s.Alternates
+}
 
 // Clone returns a deep copy: lists and maps (including the values inside
 // Model.Extra) are copied, so normalizing or editing the copy leaves e alone.

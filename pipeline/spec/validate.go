@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/whalerun/whale/domains/registry"
+	"github.com/whalerun/whale/pipeline/schedule/schedules"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -137,7 +138,7 @@ func (e *Experiment) validate() ErrorList {
 		domains = append(domains, d.Name)
 	}
 	c.oneOf("domain", e.Domain, domains)
-	c.oneOf("schedule", e.Schedule, Schedules)
+	c.oneOf("schedule", e.Schedule, schedules.Names())
 	weights, harness := e.HasWeightPhases(), e.HasHarnessPhases()
 
 	e.validateSwitch(c)
@@ -169,7 +170,7 @@ func (e *Experiment) validate() ErrorList {
 }
 
 func (e *Experiment) validateSwitch(c *checker) {
-	if e.Schedule != ScheduleWhale && e.Schedule != ScheduleFST {
+	if !e.Alternates() {
 		// Only alternating schedules switch; the block is kept but unused.
 		return
 	}
@@ -340,8 +341,8 @@ func (e *Experiment) validateHarness(c *checker) {
 		}
 		c.atLeast("harness.llm.max_tokens", int64(h.LLM.MaxTokens), 1)
 	}
-	if e.Schedule == ScheduleFST && !h.PromptOnly {
-		c.add("harness.prompt_only", "must be true for schedule fst")
+	if s, _ := schedules.Get(e.Schedule); s.PromptOnly && !h.PromptOnly {
+		c.add("harness.prompt_only", "must be true for schedule %s", e.Schedule)
 	}
 }
 
@@ -359,8 +360,8 @@ func (e *Experiment) validateBudget(c *checker, weights bool) {
 	if !weights && b.HarnessIterations == 0 && b.Rollouts == 0 {
 		c.add("budget", "set harness_iterations or rollouts for schedule %s", e.Schedule)
 	}
-	if e.Schedule == ScheduleStagewise && b.HarnessIterations == 0 {
-		c.add("budget.harness_iterations", "required for schedule stagewise: the iterations of the harness stage after all weight training")
+	if s, _ := schedules.Get(e.Schedule); s.Weights && s.Harness && !s.Alternates && b.HarnessIterations == 0 {
+		c.add("budget.harness_iterations", "required for schedule %s: the iterations of the harness stage after all weight training", e.Schedule)
 	}
 }
 
