@@ -21,6 +21,7 @@ require (
 	github.com/vbauerster/mpb/v8 v8.16.2
 	go.starlark.net v0.0.0-20260908191801-89a6a09411d5
 	gocloud.dev v0.47.0
+	golang.org/x/sync v0.23.0
 	golang.org/x/sys v0.49.0
 	gonum.org/v1/gonum v0.17.0
 	gonum.org/v1/plot v0.17.0
@@ -137,7 +138,6 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/xerrors v0.0.0-20240903120638-7835f813f4da // indirect

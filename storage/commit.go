@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // The commit protocol, per attempt folder runs/<run>/stages/<folder>/:
@@ -580,23 +582,30 @@ func (a *Attempt) Commit(ctx context.Context) (m *Manifest, won bool, err error)
 		if len(missing) > 0 {
 			return nil, false, &MissingPartsError{Dir: a.Dir, Shards: n, Missing: missing}
 		}
-		err = forEach(ctx, n, 8, func(ctx context.Context, i int) error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(parallelReads)
+		for i := range n {
 			if parts[i] != nil {
+				continue
+			}
+			g.Go(func() error {
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				key := a.partKey(i)
+				data, err := a.s.ReadAll(gctx, key)
+				if err != nil {
+					return fmt.Errorf("read part manifest %s: %w", key, err)
+				}
+				var p PartManifest
+				if err := json.Unmarshal(data, &p); err != nil {
+					return fmt.Errorf("read part manifest %s: %w", key, err)
+				}
+				parts[i] = &p
 				return nil
-			}
-			key := a.partKey(i)
-			data, err := a.s.ReadAll(ctx, key)
-			if err != nil {
-				return fmt.Errorf("read part manifest %s: %w", key, err)
-			}
-			var p PartManifest
-			if err := json.Unmarshal(data, &p); err != nil {
-				return fmt.Errorf("read part manifest %s: %w", key, err)
-			}
-			parts[i] = &p
-			return nil
-		})
-		if err != nil {
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return nil, false, fmt.Errorf("commit %s: %w", a.Dir, err)
 		}
 	}

@@ -26,10 +26,13 @@
 //     "*.<hex>.tmp" files, and any ".whale-tmp" segment.
 //
 // Built on these operations, in this package too:
-//   - the commit protocol (commit.go, manifest.go): stage folders
+//   - the commit protocol (commit.go): stage folders
 //     runs/<run>/stages/<position>-<stage>[.aN]/ with _INPUTS.json first,
 //     data files named per shard and try, _parts/ manifests created
-//     exclusively, and _MANIFEST.json last — the commit point;
+//     exclusively, and _MANIFEST.json last — the commit point; the names
+//     it uses (names.go), digests and canonical JSON (canonical.go), a
+//     stage's identity (identity.go), manifests (manifest.go), listing
+//     (list.go), and verify and garbage (verify.go);
 //   - datasets (dataset.go): datasets/<name>/ with the same manifest;
 //   - leases (lease.go): runs/<run>/lease/ as append-only generations.
 package storage

@@ -3,7 +3,9 @@ package filter
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 )
 
 // Summary is what the stage records in its manifest. Counts add up across
@@ -64,18 +66,10 @@ func ParseSummary(m map[string]any) (Summary, error) {
 	}
 	for _, k := range []string{"episodes", "accepted", "reward_sum", "tasks"} {
 		if _, ok := m[k]; !ok {
-			return s, fmt.Errorf("filter summary: no %q (keys: %v)", k, keys(m))
+			return s, fmt.Errorf("filter summary: no %q (keys: %v)", k, slices.Sorted(maps.Keys(m)))
 		}
 	}
 	return s, nil
-}
-
-func keys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // MergeSummaries implements stages.Merger: shards hold disjoint tasks, so
