@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -30,17 +31,15 @@ var ErrDatasetDiffers = errors.New("dataset exists with other content")
 // DatasetDir is the folder key of dataset name.
 func DatasetDir(name string) string { return DatasetsPrefix + name }
 
-// CheckDataset reports whether name can name a dataset: lowercase letters,
-// digits and dashes, and not starting like a round position ("r1-…").
+// datasetRE is the form of a dataset name.
+var datasetRE = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+
+// CheckDataset reports whether name can name a dataset: 1 to 64 lowercase
+// letters, digits and single dashes. The name is also the position in the
+// dataset's manifest, which is a safe segment (CheckSegment) by this form.
 func CheckDataset(name string) error {
-	if !positionRE.MatchString(name) || len(name) > 64 {
+	if !datasetRE.MatchString(name) || len(name) > 64 {
 		return fmt.Errorf("invalid dataset name %q: use lowercase letters, digits and dashes (e.g. lichess-train)", name)
-	}
-	// The name is the position in the dataset's manifest, and readers
-	// refuse a manifest whose position does not parse: a name that passed
-	// here but not there would commit a dataset nobody could read.
-	if err := CheckPosition(name); err != nil {
-		return fmt.Errorf("invalid dataset name %q: it starts like a round position (r<digits>-) without being one; choose another name (e.g. lichess-train)", name)
 	}
 	return nil
 }

@@ -25,6 +25,10 @@
 //   - Key names reserved on every backend: fileblob's "*.attrs" and
 //     "*.<hex>.tmp" files, and any ".whale-tmp" segment.
 //
+//   - A stage's position is checked only as a safe key segment
+//     (CheckSegment); which positions a run has, and what they mean, is
+//     pipeline/schedule's grammar, not storage's.
+//
 // Built on these operations, in this package too:
 //   - the commit protocol (commit.go): stage folders
 //     runs/<run>/stages/<position>-<stage>[.aN]/ with _INPUTS.json first,

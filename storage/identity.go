@@ -39,7 +39,7 @@ func NewIdentity(run, position, stage string, inputs []Input, config any, seed i
 	if err := CheckRun(run); err != nil {
 		return Identity{}, err
 	}
-	if err := CheckPosition(position); err != nil {
+	if err := CheckSegment("position", position); err != nil {
 		return Identity{}, err
 	}
 	if err := CheckStage(stage); err != nil {
@@ -103,7 +103,7 @@ func (id Identity) digest() (string, error) {
 // input digest is what its fields hash to. Indented files hold the config
 // re-indented, so it is brought back to canonical form first.
 func (id *Identity) check() error {
-	if err := CheckPosition(id.Position); err != nil {
+	if err := CheckSegment("position", id.Position); err != nil {
 		return err
 	}
 	if err := CheckStage(id.Stage); err != nil {

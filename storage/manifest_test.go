@@ -4,59 +4,67 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
 
-func TestParsePosition(t *testing.T) {
+// Storage checks only that a position is a safe path segment; the grammar
+// of positions is pipeline/schedule's (its ParsePosition tests hold the
+// rejections of grammatically wrong positions).
+func TestCheckSegment(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    Position
-		wantErr string
+		wantErr string // "" when in is a safe segment
 	}{
-		{in: "r003-w02", want: Position{Round: 3, Phase: PhaseWeight, Index: 2}},
-		{in: "r001-h04", want: Position{Round: 1, Phase: PhaseHarness, Index: 4}},
-		{in: "r002-t", want: Position{Round: 2, Phase: PhaseTest}},
-		{in: "r002-wt", want: Position{Round: 2, Phase: PhaseTest, After: PhaseWeight}},
-		{in: "r010-ht", want: Position{Round: 10, Phase: PhaseTest, After: PhaseHarness}},
-		{in: "r000-t", want: Position{Phase: PhaseTest}},
-		{in: "r000-wt", wantErr: "from r001"},
-		{in: "r0000-t", wantErr: "from r001"},
-		{in: "r002-xt", wantErr: "starts like a round position"},
-		{in: "r1234-w100", want: Position{Round: 1234, Phase: PhaseWeight, Index: 100}},
-		{in: "tasks-train", want: Position{Name: "tasks-train"}},
-		{in: "import", want: Position{Name: "import"}},
-		{in: "r3", want: Position{Name: "r3"}},
-		{in: "r000-w01", wantErr: "from r001"},
-		{in: "r3-w02", wantErr: "three digits"},
-		{in: "r003-w2", wantErr: "two digits"},
-		{in: "r003-w00", wantErr: "from 01"},
-		{in: "r003-x01", wantErr: "starts like a round position"},
-		{in: "r003-data", wantErr: "starts like a round position"},
-		{in: "R003-w02", wantErr: "invalid position"},
-		{in: "r003.w02", wantErr: "no dots"},
-		{in: "tasks--x", wantErr: "invalid position"},
-		{in: "-tasks", wantErr: "invalid position"},
-		{in: "", wantErr: "invalid position"},
-		{in: strings.Repeat("a", 65), wantErr: "invalid position"},
+		{in: "r003-w02"},
+		{in: "r001-h04"},
+		{in: "r002-wt"},
+		{in: "r000-t"},
+		{in: "r1234-w100"},
+		// Not what the planner writes, but safe as a segment: storage
+		// has no say.
+		{in: "r002-t"},
+		{in: "r0001-w01"},
+		{in: "r3-w02"},
+		{in: "R003-w02"},
+		{in: "r003.w02"},
+		{in: "tasks-train"},
+		{in: "import"},
+		{in: "a.b"},
+		{in: "x_y~z"},
+		{in: strings.Repeat("a", MaxSegment)},
+		{in: "", wantErr: "it is empty"},
+		{in: "../x", wantErr: "contains '/'"},
+		{in: "a/b", wantErr: "contains '/'"},
+		{in: "/a", wantErr: "contains '/'"},
+		{in: "..", wantErr: `contains ".."`},
+		{in: "a..b", wantErr: `contains ".."`},
+		{in: ".hidden", wantErr: "starts with '.'"},
+		{in: ".whale-tmp", wantErr: "starts with '.'"},
+		{in: "a b", wantErr: "not printable ASCII"},
+		{in: "a\tb", wantErr: "not printable ASCII"},
+		{in: "a\x00", wantErr: "not printable ASCII"},
+		{in: "caf\u00e9", wantErr: "not printable ASCII"},
+		{in: strings.Repeat("a", MaxSegment+1), wantErr: "bytes long"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParsePosition(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("ParsePosition(%q) = %+v, %v; want error containing %q", tt.in, got, err, tt.wantErr)
+			err := CheckSegment("position", tt.in)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("CheckSegment(%q) = %v, want nil", tt.in, err)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("ParsePosition(%q): %v", tt.in, err)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("CheckSegment(%q) = %v, want an error containing %q", tt.in, err, tt.wantErr)
 			}
-			if got != tt.want {
-				t.Fatalf("ParsePosition(%q) = %+v, want %+v", tt.in, got, tt.want)
-			}
-			if got.String() != tt.in {
-				t.Fatalf("String() = %q, want %q", got.String(), tt.in)
+			// The message names the bad value and what is wanted.
+			for _, s := range []string{"invalid position", fmt.Sprintf("%q", tt.in), "want one path segment"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("CheckSegment(%q) = %q, want it to say %q", tt.in, err, s)
+				}
 			}
 		})
 	}
@@ -81,6 +89,12 @@ func TestParseFolder(t *testing.T) {
 		{in: "rollout", wantErr: true},
 		{in: "r003-w02-", wantErr: true},
 		{in: "_parts", wantErr: true},
+		{in: "v1.2-rollout.a3", want: Folder{"v1.2", "rollout", 3}},
+		{in: "r002-t-x-evaluate", want: Folder{"r002-t-x", "evaluate", 1}},
+		{in: ".hidden-rollout", wantErr: true},
+		{in: "a..b-rollout", wantErr: true},
+		{in: "-rollout", wantErr: true},
+		{in: "a b-rollout", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -101,20 +115,24 @@ func TestParseFolder(t *testing.T) {
 	}
 }
 
-func FuzzParsePosition(f *testing.F) {
-	for _, s := range []string{"r003-w02", "r002-t", "tasks-train", "r3-w2", "r003.w02", "", "a-b-c"} {
+// Every safe segment is one segment, and a stage folder made from it
+// parses back to the same position, stage and attempt.
+func FuzzCheckSegment(f *testing.F) {
+	for _, s := range []string{"r003-w02", "r002-t", "tasks-train", "r3-w2", "r003.w02", "", "a-b-c", "../x", ".a", "a.a2-x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := ParsePosition(s)
-		if err != nil {
+		if CheckSegment("position", s) != nil {
 			return
 		}
-		if p.String() != s {
-			t.Fatalf("ParsePosition(%q).String() = %q", s, p.String())
+		if strings.Contains(s, "/") || strings.Contains(s, "..") || strings.HasPrefix(s, ".") || s == "" {
+			t.Fatalf("CheckSegment accepted %q", s)
 		}
-		if strings.ContainsAny(s, "./_") {
-			t.Fatalf("ParsePosition accepted %q", s)
+		for _, want := range []Folder{{s, "rollout", 1}, {s, "evaluate", 12}} {
+			got, err := ParseFolder(want.String())
+			if err != nil || got != want {
+				t.Fatalf("ParseFolder(%q) = %+v, %v; want %+v", want.String(), got, err, want)
+			}
 		}
 	})
 }
@@ -240,6 +258,8 @@ func TestNewIdentity(t *testing.T) {
 		{"zero shards", func() error { _, err := NewIdentity("run", "r001-w01", "rollout", nil, nil, 0, 0); return err }},
 		{"bad stage", func() error { _, err := NewIdentity("run", "r001-w01", "roll-out", nil, nil, 0, 1); return err }},
 		{"bad run", func() error { _, err := NewIdentity("../x", "r001-w01", "rollout", nil, nil, 0, 1); return err }},
+		{"bad position", func() error { _, err := NewIdentity("run", "../x", "rollout", nil, nil, 0, 1); return err }},
+		{"hidden position", func() error { _, err := NewIdentity("run", ".x", "rollout", nil, nil, 0, 1); return err }},
 		{"bad config", func() error {
 			_, err := NewIdentity("run", "r001-w01", "rollout", nil, map[string]any{"f": func() {}}, 0, 1)
 			return err

@@ -21,9 +21,6 @@ const MaxShards = 99999
 
 var (
 	runRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
-	positionRE = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-	roundPosRE = regexp.MustCompile(`^r([0-9]+)-(?:([wh])([0-9]+)|([wh]?t))$`)
-	roundishRE = regexp.MustCompile(`^r[0-9]+-`)
 	stageRE    = regexp.MustCompile(`^[a-z]+$`)
 	tableRE    = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	extRE      = regexp.MustCompile(`^[a-z0-9]+$`)
@@ -46,79 +43,46 @@ func CheckStage(name string) error {
 	return nil
 }
 
-// Phases of a round position.
-const (
-	PhaseWeight  = 'w' // a weight step: rollout → filter → finetune
-	PhaseHarness = 'h' // a harness iteration: propose → evaluate
-	PhaseTest    = 't' // the final test evaluation of a phase
-)
+// MaxSegment is the longest name CheckSegment accepts, in bytes: a stage
+// folder, "<position>-<stage>.a<N>", stays well inside the 255 bytes a
+// file system allows in one name.
+const MaxSegment = 128
 
-// Position says where in an experiment a stage runs: "r003-w02" (round 3,
-// weight step 2), "r001-h04" (harness iteration 4), "r002-wt" and "r002-ht"
-// (the test evaluations after round 2's weight and harness phases),
-// "r000-t" (the test of the initial pair) or "r002-t", or a free-form name
-// such as "tasks-train" for imported data (Round 0, Phase 0).
-type Position struct {
-	Round int
-	Phase byte // PhaseWeight, PhaseHarness, PhaseTest, or 0 for a free-form name
-	Index int  // weight step or harness iteration, from 1; 0 for PhaseTest
-	// After is the phase a test follows (PhaseWeight or PhaseHarness), or 0.
-	After byte
-	Name  string
-}
-
-// String renders the position as it appears in folder names.
-func (p Position) String() string {
-	switch p.Phase {
-	case PhaseWeight, PhaseHarness:
-		return fmt.Sprintf("r%03d-%c%02d", p.Round, p.Phase, p.Index)
-	case PhaseTest:
-		if p.After != 0 {
-			return fmt.Sprintf("r%03d-%ct", p.Round, p.After)
-		}
-		return fmt.Sprintf("r%03d-t", p.Round)
-	}
-	return p.Name
-}
-
-// ParsePosition parses and validates a position. Free-form names use
-// lowercase letters, digits and single dashes, and may not start like a
-// round position ("r<digits>-") without being one.
-func ParsePosition(s string) (Position, error) {
-	if len(s) > 64 || !positionRE.MatchString(s) {
-		return Position{}, fmt.Errorf("invalid position %q: want e.g. r003-w02, r001-h04, r002-wt or a name of lowercase letters, digits and dashes (no dots)", s)
-	}
-	if m := roundPosRE.FindStringSubmatch(s); m != nil {
-		round, _ := strconv.Atoi(m[1])
-		if m[4] == "t" && round == 0 && len(m[1]) == 3 {
-			return Position{Phase: PhaseTest}, nil // the initial pair's test
-		}
-		if round < 1 || len(m[1]) < 3 {
-			return Position{}, fmt.Errorf("invalid position %q: the round is written with at least three digits, from r001", s)
-		}
-		if m[4] != "" {
-			p := Position{Round: round, Phase: PhaseTest}
-			if len(m[4]) == 2 {
-				p.After = m[4][0]
+// CheckSegment reports whether s is safe as one segment of a key on every
+// backend: 1 to MaxSegment bytes of printable ASCII other than space
+// ('!' to '~'), no '/', no "..", and no leading '.' (which also keeps it
+// clear of the .whale-tmp folder of file:// roots). what names s in the
+// error ("position", ...).
+//
+// Storage checks no more than this of a position: what positions a run's
+// stages may take, and what they mean, is the planner's
+// (pipeline/schedule.ParsePosition). A stage folder is
+// "<position>-<stage>[.a<N>]" whatever the position says.
+func CheckSegment(what, s string) error {
+	why := ""
+	switch {
+	case s == "":
+		why = "it is empty"
+	case len(s) > MaxSegment:
+		why = fmt.Sprintf("it is %d bytes long", len(s))
+	case strings.Contains(s, "/"):
+		why = "it contains '/'"
+	case strings.Contains(s, ".."):
+		why = `it contains ".."`
+	case s[0] == '.':
+		why = "it starts with '.'"
+	default:
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c <= ' ' || c > '~' {
+				why = fmt.Sprintf("byte %d is %q, not printable ASCII", i, c)
+				break
 			}
-			return p, nil
 		}
-		idx, _ := strconv.Atoi(m[3])
-		if idx < 1 || len(m[3]) < 2 {
-			return Position{}, fmt.Errorf("invalid position %q: the step is written with at least two digits, from 01", s)
-		}
-		return Position{Round: round, Phase: m[2][0], Index: idx}, nil
 	}
-	if roundishRE.MatchString(s) {
-		return Position{}, fmt.Errorf("invalid position %q: it starts like a round position but is not r<round>-w<step>, r<round>-h<iteration>, r<round>-wt, r<round>-ht or r<round>-t", s)
+	if why == "" {
+		return nil
 	}
-	return Position{Name: s}, nil
-}
-
-// CheckPosition validates a position string.
-func CheckPosition(s string) error {
-	_, err := ParsePosition(s)
-	return err
+	return fmt.Errorf("invalid %s %q: %s; want one path segment: 1 to %d printable ASCII characters without spaces, no '/', no \"..\", not starting with '.'", what, s, why, MaxSegment)
 }
 
 // Folder names one attempt of one stage at one position:
@@ -141,24 +105,25 @@ func (f Folder) String() string {
 func (f Folder) Key(run string) string { return StagesPrefix(run) + f.String() }
 
 // ParseFolder parses a folder name such as "r003-w02-rollout.a2". Stage
-// names have no dashes, so the stage is what follows the last dash.
+// names have no dashes or dots, so the stage is what follows the last dash,
+// up to the attempt suffix; the position is everything before that dash
+// and need only be a safe segment (CheckSegment).
 func ParseFolder(name string) (Folder, error) {
-	base, attempt := name, 1
-	if i := strings.IndexByte(name, '.'); i >= 0 {
-		base = name[:i]
-		suffix := name[i+1:]
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 {
+		return Folder{}, fmt.Errorf("invalid stage folder %q: want <position>-<stage>", name)
+	}
+	f := Folder{Position: name[:i], Stage: name[i+1:], Attempt: 1}
+	if j := strings.IndexByte(f.Stage, '.'); j >= 0 {
+		suffix := f.Stage[j+1:]
+		f.Stage = f.Stage[:j]
 		n, err := strconv.Atoi(strings.TrimPrefix(suffix, "a"))
 		if !strings.HasPrefix(suffix, "a") || err != nil || n < 2 || strconv.Itoa(n) != suffix[1:] {
 			return Folder{}, fmt.Errorf("invalid stage folder %q: the attempt suffix must be .a<N> with N ≥ 2", name)
 		}
-		attempt = n
+		f.Attempt = n
 	}
-	i := strings.LastIndexByte(base, '-')
-	if i < 0 {
-		return Folder{}, fmt.Errorf("invalid stage folder %q: want <position>-<stage>", name)
-	}
-	f := Folder{Position: base[:i], Stage: base[i+1:], Attempt: attempt}
-	if err := CheckPosition(f.Position); err != nil {
+	if err := CheckSegment("position", f.Position); err != nil {
 		return Folder{}, fmt.Errorf("invalid stage folder %q: %w", name, err)
 	}
 	if err := CheckStage(f.Stage); err != nil {

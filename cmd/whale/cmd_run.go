@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/pipeline"
+	"github.com/whalerun/whale/pipeline/schedule"
 	"github.com/whalerun/whale/stages"
 	"github.com/whalerun/whale/storage"
 )
@@ -248,6 +249,11 @@ func runStep(ctx context.Context, o runOptions, out io.Writer, toEnd bool) error
 }
 
 func runStageCmd(ctx context.Context, o runOptions, out io.Writer) error {
+	// The grammar is the planner's; say a bad position before opening the
+	// root or taking the lease.
+	if _, err := schedule.ParsePosition(o.At); err != nil {
+		return usageError{fmt.Errorf("--at: %w", err)}
+	}
 	var shard, shards int
 	if o.Shard != "" {
 		if o.Force || o.Finalize {

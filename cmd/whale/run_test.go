@@ -63,6 +63,7 @@ eval: {k: 2}
 		whale(t, "stage", "--root", r.url, "--at", "r001-w01", "--force", "rollout", "sums").mustCode(t, exitOK, "r001-w01-rollout.a2")
 		whale(t, "stage", "--root", r.url, "--at", "r009-w01", "rollout", "sums").mustCode(t, exitFailure, "has not reached position r009-w01")
 		whale(t, "stage", "--root", r.url, "--at", "r001-w01", "propose", "sums").mustCode(t, exitFailure, "runs rollout, filter, finetune, not propose")
+		whale(t, "stage", "rollout", "sums", "--root", r.url, "--at", "r002-t").mustCode(t, exitUsage, `--at: invalid position "r002-t"`)
 
 		// Two steps at once, as two cron ticks: one runs the (slowed)
 		// rollout, the other says the run is busy and exits 0.

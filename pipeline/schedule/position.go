@@ -55,28 +55,49 @@ func (p Pos) Compare(q Pos) int {
 	return cmp.Or(cmp.Compare(p.Round, q.Round), cmp.Compare(p.Section, q.Section), cmp.Compare(p.Index, q.Index))
 }
 
+// positionForms is what ParsePosition accepts, for its error messages.
+const positionForms = "rNNN-wNN, rNNN-hNN, rNNN-wt, rNNN-ht or r000-t, e.g. r003-w02"
+
 // ParsePosition parses what Pos.String writes. It is strict: the round is
 // "r" and at least three digits, a step or iteration at least two digits
 // and not zero, no sign, no spaces, no trailing text. A stage folder is
 // "<position>-<stage>"; a position holds exactly one '-', so the folder
 // splits after its second field.
+//
+// This is the one grammar of positions: storage checks only that a
+// position is a safe path segment (storage.CheckSegment), so the CLI, the
+// planner and readers of stage folders validate positions here. The error
+// names the position, what is wrong and the forms wanted.
 func ParsePosition(s string) (Pos, error) {
+	p, why := parsePosition(s)
+	if why != "" {
+		return Pos{}, fmt.Errorf("invalid position %q: %s (a position is %s)", s, why, positionForms)
+	}
+	return p, nil
+}
+
+// parsePosition parses s, or says why it is not a position.
+func parsePosition(s string) (Pos, string) {
 	round, rest, ok := strings.Cut(s, "-")
-	if !ok || len(round) < 4 || round[0] != 'r' {
-		return Pos{}, fmt.Errorf("position %q: want rNNN-wNN, rNNN-hNN, rNNN-wt, rNNN-ht or r000-t", s)
+	switch {
+	case !ok:
+		return Pos{}, "no '-' between the round and the section"
+	case !strings.HasPrefix(round, "r"):
+		return Pos{}, "the round does not start with 'r'"
 	}
 	r, err := digits(round[1:], 3)
 	if err != nil {
-		return Pos{}, fmt.Errorf("position %q: round: %w", s, err)
+		return Pos{}, "round " + err.Error()
 	}
 	p := Pos{Round: r}
 	switch {
 	case rest == "t":
 		if r != 0 {
-			return Pos{}, fmt.Errorf("position %q: the bare test \"t\" is only the initial pair, r000-t", s)
+			return Pos{}, fmt.Sprintf(`the bare test "t" is only the initial pair's, r000-t; the tests of round %d are %s and %s`,
+				r, Pos{Round: r, Section: SectionWeightTest}, Pos{Round: r, Section: SectionHarnessTest})
 		}
 		p.Section = SectionInitialTest
-		return p, nil
+		return p, ""
 	case rest == "wt":
 		p.Section = SectionWeightTest
 	case rest == "ht":
@@ -87,18 +108,18 @@ func ParsePosition(s string) (Pos, error) {
 			p.Section = SectionHarness
 		}
 		if p.Index, err = digits(rest[1:], 2); err != nil {
-			return Pos{}, fmt.Errorf("position %q: index: %w", s, err)
+			return Pos{}, "index " + err.Error()
 		}
 		if p.Index == 0 {
-			return Pos{}, fmt.Errorf("position %q: steps and iterations count from 1", s)
+			return Pos{}, "steps and iterations count from 1"
 		}
 	default:
-		return Pos{}, fmt.Errorf("position %q: unknown section %q (want wNN, hNN, wt or ht)", s, rest)
+		return Pos{}, fmt.Sprintf("unknown section %q", rest)
 	}
 	if r == 0 {
-		return Pos{}, fmt.Errorf("position %q: rounds count from 1 (r000 is only the initial test r000-t)", s)
+		return Pos{}, "rounds count from 1 (r000 is only the initial test r000-t)"
 	}
-	return p, nil
+	return p, ""
 }
 
 // ComparePositions orders two position strings as the planner issues them;

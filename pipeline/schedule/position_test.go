@@ -1,7 +1,9 @@
 package schedule
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -38,6 +40,57 @@ func TestParsePositionErrors(t *testing.T) {
 	} {
 		if p, err := ParsePosition(s); err == nil {
 			t.Errorf("ParsePosition(%q) = %+v, want an error", s, p)
+		}
+	}
+}
+
+// The position grammar lives here only: storage accepts any safe path
+// segment as a position, so the rejections of grammatically wrong ones are
+// asserted here (including those storage's own grammar used to assert).
+func TestParsePositionGrammar(t *testing.T) {
+	// What the planner writes.
+	for _, s := range []string{"r000-t", "r001-w01", "r003-w02", "r003-w99", "r003-w100", "r001-wt", "r001-h01", "r003-h15", "r003-ht", "r999-w01", "r1000-w01", "r1234-w100"} {
+		if _, err := ParsePosition(s); err != nil {
+			t.Errorf("ParsePosition(%q): %v", s, err)
+		}
+	}
+	tests := []struct{ in, why string }{
+		{"r002-t", `the tests of round 2 are r002-wt and r002-ht`},
+		{"r0001-w01", `round "0001": leading zero beyond 3 digits`},
+		{"r0000-t", `round "0000": leading zero`},
+		{"r000-wt", "rounds count from 1"},
+		{"r000-w01", "rounds count from 1"},
+		{"r3-w02", `round "3": want at least 3 digits`},
+		{"r003-w2", `index "2": want at least 2 digits`},
+		{"r003-w00", "count from 1"},
+		{"r003-w001", "leading zero"},
+		{"r002-xt", `unknown section "xt"`},
+		{"r003-x01", `unknown section "x01"`},
+		{"r003-data", `unknown section "data"`},
+		{"r003-w01-rollout", `index "01-rollout": not a decimal number`},
+		{"R003-w02", "does not start with 'r'"},
+		{"r003.w02", "no '-'"},
+		{"", "no '-'"},
+		{"import", "no '-'"},
+		{"r3", "no '-'"},
+		{"tasks-train", "does not start with 'r'"},
+		{"tasks--x", "does not start with 'r'"},
+		{"-tasks", "does not start with 'r'"},
+		{"r1-train", `round "1": want at least 3 digits`},
+		{"r2024-puzzles", `unknown section "puzzles"`},
+		{strings.Repeat("a", 65), "no '-'"},
+	}
+	for _, tt := range tests {
+		p, err := ParsePosition(tt.in)
+		if err == nil {
+			t.Errorf("ParsePosition(%q) = %+v, want an error", tt.in, p)
+			continue
+		}
+		// The message names the position, what is wrong and what is wanted.
+		for _, want := range []string{fmt.Sprintf("invalid position %q", tt.in), tt.why, "a position is rNNN-wNN, rNNN-hNN, rNNN-wt, rNNN-ht or r000-t"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("ParsePosition(%q) = %q, want it to say %q", tt.in, err, want)
+			}
 		}
 	}
 }
