@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/whalerun/whale/internal/redact"
+	"github.com/whalerun/whale/internal/retry"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -84,8 +85,6 @@ type Client struct {
 	hc    *http.Client
 	bal   *balancer
 	extra []byte // Config.Extra encoded once, as `,"k":v` pairs
-	rnd   func(n int64) int64
-	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // New validates cfg, reads the API key from the environment and prepares
@@ -103,17 +102,6 @@ func New(cfg Config) (*Client, error) {
 		cfg: cfg,
 		key: key,
 		bal: &balancer{cool: cfg.Cooldown, logger: cfg.Logger, now: time.Now},
-		rnd: rand.Int64N,
-		sleep: func(ctx context.Context, d time.Duration) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-t.C:
-				return nil
-			}
-		},
 	}
 	if c.extra, err = encodeExtra(cfg.Extra); err != nil {
 		return nil, fmt.Errorf("models: config extra: %w", err)
@@ -122,10 +110,10 @@ func New(cfg Config) (*Client, error) {
 	for _, e := range cfg.Endpoints {
 		u, err := chatURL(e)
 		if err != nil {
-			return nil, fmt.Errorf("models: endpoint %s: %w", redactURL(e), err)
+			return nil, fmt.Errorf("models: endpoint %s: %w", redact.URL(e), err)
 		}
 		c.bal.eps = append(c.bal.eps, &endpoint{
-			url:    redactURL(e),
+			url:    redact.URL(e),
 			chat:   u,
 			header: requestHeader(key),
 			sem:    make(chan struct{}, cfg.Concurrency),
@@ -222,41 +210,53 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 	if err != nil {
 		return nil, &Error{Kind: KindBadRequest, Message: c.scrub(err.Error()), Err: err}
 	}
-	var last *endpoint
-	for attempt := 1; ; attempt++ {
+	var (
+		last     *endpoint // the endpoint of the latest attempt
+		lastErr  *attemptError
+		attempts int
+		res      *Response
+		t0       time.Time
+	)
+	err = retry.Do(ctx, c.cfg.Retry, func(ctx context.Context) error {
 		ep, err := c.bal.acquire(ctx, last)
 		if err != nil {
-			return nil, c.canceled(ctx, last, attempt-1)
+			return err // only when ctx ended
 		}
-		t0 := time.Now()
-		res, aerr := c.attempt(ctx, ep, body)
+		last, attempts, t0 = ep, attempts+1, time.Now()
+		r, aerr := c.attempt(ctx, ep, body)
 		c.bal.release(ep)
 		if aerr == nil {
 			c.bal.succeeded(ep)
-			res.Latency = time.Since(start)
-			res.AttemptLatency = time.Since(t0)
-			res.Endpoint = ep.url
-			res.Attempts = attempt
-			return res, nil
+			res = r
+			return nil
 		}
+		lastErr = aerr
 		if ctx.Err() != nil {
-			return nil, c.canceled(ctx, ep, attempt)
+			return aerr
 		}
-		if aerr.kind.Retryable() {
-			c.bal.failed(ep, aerr.kind, aerr.retryAfter)
+		if !aerr.kind.Retryable() {
+			return retry.Permanent(aerr)
 		}
-		if !aerr.kind.Retryable() || attempt >= c.cfg.Retry.Attempts {
-			return nil, &Error{Kind: aerr.kind, Endpoint: ep.url, Status: aerr.status, Attempts: attempt,
-				Message: c.scrub(aerr.msg), Err: aerr.err}
-		}
-		wait := c.backoff(attempt - 1)
-		c.cfg.Logger.Debug("models: retrying chat", "endpoint", ep.url, "attempt", attempt,
-			"kind", string(aerr.kind), "status", aerr.status, "wait", wait, "err", c.scrub(aerr.msg))
-		if err := c.sleep(ctx, wait); err != nil {
-			return nil, c.canceled(ctx, ep, attempt)
-		}
-		last = ep
+		// A Retry-After bars this endpoint in the balancer; the next
+		// attempt may go to another one meanwhile, so it is no wait here.
+		c.bal.failed(ep, aerr.kind, aerr.retryAfter)
+		return aerr
+	}, retry.OnRetry(func(e retry.Event) {
+		c.cfg.Logger.Debug("models: retrying chat", "endpoint", last.url, "attempt", e.Attempt,
+			"kind", string(lastErr.kind), "status", lastErr.status, "wait", e.Wait, "err", c.scrub(lastErr.msg))
+	}))
+	switch {
+	case err == nil:
+		res.Latency = time.Since(start)
+		res.AttemptLatency = time.Since(t0)
+		res.Endpoint = last.url
+		res.Attempts = attempts
+		return res, nil
+	case ctx.Err() != nil:
+		return nil, c.canceled(ctx, last, attempts)
 	}
+	return nil, &Error{Kind: lastErr.kind, Endpoint: last.url, Status: lastErr.status, Attempts: attempts,
+		Message: c.scrub(lastErr.msg), Err: lastErr.err}
 }
 
 func (c *Client) canceled(ctx context.Context, ep *endpoint, attempts int) error {
@@ -352,10 +352,7 @@ func encodeExtra(extra map[string]any) ([]byte, error) {
 // attempt makes one HTTP call on ep under the per-call timeout.
 //
 // It goes straight to net/http: the body is already encoded and the reply
-// is decoded once into a lean struct. Going through openai-go's request
-// machinery (options, header cloning, middleware, a second request clone)
-// cost as much CPU as the HTTP round trip itself against a zero-latency
-// server (see BenchmarkChatVsBareHTTP).
+// is decoded once into a lean struct.
 func (c *Client) attempt(ctx context.Context, ep *endpoint, body []byte) (*Response, *attemptError) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -444,20 +441,11 @@ func (c *Client) statusError(hres *http.Response) *attemptError {
 	if ae.msg == "" {
 		ae.msg = http.StatusText(hres.StatusCode)
 	}
-	if ae.kind == KindRateLimited || hres.StatusCode == http.StatusServiceUnavailable {
-		ae.retryAfter = min(parseRetryAfter(hres.Header, time.Now()), max(c.cfg.Retry.Max, time.Minute))
+	if ae.kind.Retryable() {
+		ae.retryAfter = min(retry.ParseRetryAfter(hres.Header.Get("Retry-After"), time.Now()), c.cfg.Retry.RetryAfterCap())
 	}
 	ae.err = fmt.Errorf("HTTP %d", hres.StatusCode)
 	return ae
-}
-
-// backoff is the wait before retry n+1: uniform in [0, min(Max, Base·2^n)].
-func (c *Client) backoff(n int) time.Duration {
-	d := c.cfg.Retry.Base << min(n, 30)
-	if d <= 0 || d > c.cfg.Retry.Max {
-		d = c.cfg.Retry.Max
-	}
-	return time.Duration(c.rnd(int64(d) + 1))
 }
 
 // scrub removes the API key from text that may have echoed it.

@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/whalerun/whale/internal/redact"
+	"github.com/whalerun/whale/internal/retry"
 )
 
 // Config is how a Client reaches its model. Zero values take the defaults
@@ -51,14 +54,12 @@ type Config struct {
 }
 
 // RetryPolicy retries transient failures with exponential backoff from Base,
-// capped at Max, with full jitter, for at most Attempts tries in all. A
-// Retry-After on 429 or 503 bars that endpoint for as long (at most the
-// larger of Max and one minute); other endpoints keep serving meanwhile.
-type RetryPolicy struct {
-	Attempts int           // default 5; 1 means no retry
-	Base     time.Duration // default 250ms
-	Max      time.Duration // default 10s
-}
+// capped at Max, with full jitter, for at most Attempts tries in all
+// (internal/retry's policy). Zero fields take the defaults: 5 attempts
+// (1 means no retry), Base 250ms, Max 10s. A Retry-After on a retryable
+// answer bars that endpoint for as long (at most the larger of Max and one
+// minute); other endpoints keep serving meanwhile.
+type RetryPolicy = retry.Policy
 
 // CooldownPolicy takes an endpoint out of rotation for Duration after
 // Failures consecutive transient failures. When every endpoint is cooling
@@ -143,7 +144,7 @@ func (c *Config) withDefaults() (string, error) {
 	for i, e := range c.Endpoints {
 		u, err := url.Parse(e)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return "", fmt.Errorf("models: endpoint %d (%s): want an http(s) base URL such as http://host:8000/v1", i, redactURL(e))
+			return "", fmt.Errorf("models: endpoint %d (%s): want an http(s) base URL such as http://host:8000/v1", i, redact.URL(e))
 		}
 	}
 	if strings.TrimSpace(c.Model) == "" {
@@ -188,21 +189,4 @@ func (c *Config) withDefaults() (string, error) {
 		c.Logger = slog.Default()
 	}
 	return key, nil
-}
-
-// redactURL drops user info and the query from a base URL, so that errors
-// and logs name the endpoint without any credential it may embed.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	if u.User != nil {
-		u.User = url.User("REDACTED")
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "REDACTED"
-	}
-	u.Fragment = ""
-	return u.String()
 }

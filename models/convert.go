@@ -13,9 +13,7 @@ import (
 	"github.com/whalerun/whale/schemas"
 )
 
-// wireRequest is the chat completion body. It is encoded with
-// encoding/json rather than through openai-go's typed params, which cost
-// four times as much to encode (see BenchmarkChatVsBareHTTP in the tests).
+// wireRequest is the chat completion body, encoded with encoding/json.
 // Pointers are omitted only when nil, so 0 and false are sent.
 type wireRequest struct {
 	Model       string        `json:"model"`

@@ -11,12 +11,13 @@
 //   - Several base URLs share the load: each call goes to the endpoint with
 //     the fewest calls assigned to it (ties in turn), never more than
 //     Config.Concurrency at once per endpoint; an endpoint that keeps
-//     failing, or that answered 429/503 with Retry-After, is skipped until
-//     its cool-down ends; a retry prefers another endpoint.
-//   - Retries (exponential backoff, full jitter) cover 429, 5xx, 408,
-//     per-call timeouts, refused or dropped connections and bodies that are
-//     malformed, truncated or have no choices. 400/401/403/404 and other 4xx
-//     fail at once.
+//     failing, or that answered a retryable status with Retry-After, is
+//     skipped until its cool-down ends; a retry prefers another endpoint.
+//   - Retries (internal/retry: exponential backoff, full jitter) cover 429,
+//     5xx but 501 and 505, 408, per-call timeouts, refused or dropped
+//     connections and bodies that are malformed, truncated or have no
+//     choices. 400/401/403/404, other 4xx, 501, 505, a host that does not
+//     resolve and a refused certificate fail at once.
 //   - Every failure is an *Error with a Kind, the endpoint (redacted) and the
 //     number of attempts, fit to be stored in a rollout row. The API key is
 //     read from the environment variable Config.APIKeyEnv names and never
@@ -30,11 +31,8 @@
 // the body is encoded and the reply decoded here, and only Content-Type,
 // Accept, Accept-Encoding: identity, User-Agent and Authorization (when
 // there is a key) are sent; redirects are followed only within the
-// endpoint's origin. The chat completions wire format is small and stable,
-// and going through openai-go's typed params, decoder and middleware cost
-// about twice the CPU per call of this path against a zero-latency server:
-// the rollout stage must keep up with a bare HTTP loop (see
-// BenchmarkChatVsBareHTTP and episode's BenchmarkRunEpisode).
+// endpoint's origin. The chat completions wire format is small and stable;
+// whale depends on no OpenAI SDK.
 //
 // Tag-based tools need nothing from this package: the harness parses the
 // text. The fake server for tests is in package modeltest.

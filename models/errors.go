@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/whalerun/whale/internal/retry"
 )
 
 // Kind classifies a failed call so the episode loop can record it and the
@@ -18,11 +19,11 @@ type Kind string
 
 const (
 	KindRateLimited Kind = "rate_limited" // 429
-	KindServerError Kind = "server_error" // 5xx
+	KindServerError Kind = "server_error" // 5xx but 501 and 505
 	KindTimeout     Kind = "timeout"      // an attempt ran past Config.Timeout, or 408
 	KindConnection  Kind = "connection"   // refused, reset, dropped
 	KindMalformed   Kind = "malformed"    // body not JSON, truncated, no choices
-	KindBadRequest  Kind = "bad_request"  // 400, 404, 422, other 4xx, or a request this package cannot send
+	KindBadRequest  Kind = "bad_request"  // 400, 404, 422, other 4xx, 501, 505, or a request that cannot be sent (a host that does not resolve, a certificate refused)
 	KindAuth        Kind = "auth"         // 401, 403
 	KindCanceled    Kind = "canceled"     // the caller's context ended
 )
@@ -97,6 +98,8 @@ type attemptError struct {
 	err        error
 }
 
+func (e *attemptError) Error() string { return e.msg }
+
 // kindForStatus maps an HTTP error status to a Kind.
 func kindForStatus(code int) Kind {
 	switch {
@@ -106,7 +109,7 @@ func kindForStatus(code int) Kind {
 		return KindTimeout
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return KindAuth
-	case code >= 500:
+	case code >= 500 && retry.RetryableStatus(code):
 		return KindServerError
 	default:
 		return KindBadRequest
@@ -128,6 +131,8 @@ func classifyTransport(err error, attemptTimedOut, hadResponse, bodyBroken bool)
 		return KindMalformed
 	case errors.As(err, &ne) && ne.Timeout():
 		return KindTimeout
+	case !retry.Transient(err):
+		return KindBadRequest
 	}
 	return KindConnection
 }
@@ -173,20 +178,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// parseRetryAfter reads Retry-After as seconds or an HTTP date; 0 if absent
-// or unreadable.
-func parseRetryAfter(h http.Header, now time.Time) time.Duration {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 && secs < 1e9 {
-		return time.Duration(secs * float64(time.Second))
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }

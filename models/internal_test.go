@@ -3,44 +3,17 @@ package models
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
-	"net/http"
+	"net"
+	"net/url"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
 )
-
-func TestBackoffIsFullJitterUnderCap(t *testing.T) {
-	cases := []struct {
-		name     string
-		base     time.Duration
-		max      time.Duration
-		n        int
-		wantCeil time.Duration
-	}{
-		{"first retry", 100 * time.Millisecond, 10 * time.Second, 0, 100 * time.Millisecond},
-		{"third retry doubles twice", 100 * time.Millisecond, 10 * time.Second, 2, 400 * time.Millisecond},
-		{"capped", 100 * time.Millisecond, time.Second, 10, time.Second},
-		{"huge exponent does not overflow", time.Second, 5 * time.Second, 200, 5 * time.Second},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &Client{cfg: Config{Retry: RetryPolicy{Base: tc.base, Max: tc.max}}}
-			// The largest draw shows the ceiling, the smallest that the
-			// jitter reaches down to zero.
-			c.rnd = func(n int64) int64 { return n - 1 }
-			if got := c.backoff(tc.n); got != tc.wantCeil {
-				t.Fatalf("ceiling %v, want %v", got, tc.wantCeil)
-			}
-			c.rnd = func(int64) int64 { return 0 }
-			if got := c.backoff(tc.n); got != 0 {
-				t.Fatalf("floor %v, want 0", got)
-			}
-		})
-	}
-}
 
 // fakeClock drives the balancer's cool-downs without sleeping.
 type fakeClock struct{ t time.Time }
@@ -140,29 +113,36 @@ func TestAcquireWaitsForRetryAfterAndHonoursCancel(t *testing.T) {
 	}
 }
 
-func TestParseRetryAfter(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+func TestKindForStatus(t *testing.T) {
+	for code, want := range map[int]Kind{
+		400: KindBadRequest, 401: KindAuth, 403: KindAuth, 404: KindBadRequest, 408: KindTimeout,
+		422: KindBadRequest, 429: KindRateLimited, 500: KindServerError, 502: KindServerError,
+		503: KindServerError, 501: KindBadRequest, 505: KindBadRequest,
+	} {
+		if got := kindForStatus(code); got != want {
+			t.Errorf("kindForStatus(%d) = %s, want %s", code, got, want)
+		}
+	}
+}
+
+func TestClassifyTransport(t *testing.T) {
+	post := func(err error) error { return &url.Error{Op: "Post", URL: "http://h/v1/chat/completions", Err: err} }
 	cases := []struct {
-		v    string
-		want time.Duration
+		name                          string
+		err                           error
+		timedOut, response, bodyBroke bool
+		want                          Kind
 	}{
-		{"", 0},
-		{"7", 7 * time.Second},
-		{"0", 0},
-		{"1.5", 1500 * time.Millisecond},
-		{"-3", 0},
-		{"soon", 0},
-		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
-		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
-		{"1e300", 0},
+		{"refused", post(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), false, false, false, KindConnection},
+		{"dropped", post(io.EOF), false, false, false, KindConnection},
+		{"attempt timed out", post(context.DeadlineExceeded), true, false, false, KindTimeout},
+		{"body cut off", io.ErrUnexpectedEOF, false, true, true, KindConnection},
+		{"body not a completion", errNoChoices, false, true, false, KindMalformed},
+		{"host does not resolve", post(&net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true}), false, false, false, KindBadRequest},
 	}
 	for _, tc := range cases {
-		h := http.Header{}
-		if tc.v != "" {
-			h.Set("Retry-After", tc.v)
-		}
-		if got := parseRetryAfter(h, now); got != tc.want {
-			t.Errorf("Retry-After %q: %v, want %v", tc.v, got, tc.want)
+		if got := classifyTransport(tc.err, tc.timedOut, tc.response, tc.bodyBroke); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }
@@ -340,20 +320,6 @@ func FuzzDecodeCompletion(f *testing.F) {
 					t.Fatal("tool call without id")
 				}
 			}
-		}
-	})
-}
-
-func FuzzParseRetryAfter(f *testing.F) {
-	for _, s := range []string{"0", "5", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT", "x", "-1", "NaN", "Inf"} {
-		f.Add(s)
-	}
-	now := time.Unix(1e9, 0)
-	f.Fuzz(func(t *testing.T, v string) {
-		h := http.Header{}
-		h.Set("Retry-After", v)
-		if d := parseRetryAfter(h, now); d < 0 {
-			t.Fatalf("negative wait %v for %q", d, v)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/whalerun/whale/internal/buildinfo"
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/metrics"
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/schedule"
@@ -206,7 +207,7 @@ func Collect(ctx context.Context, s *storage.Store, runs []string) (*Data, error
 	if len(runs) == 0 {
 		return nil, errors.New("report: no run given")
 	}
-	d := &Data{Generated: time.Now().UTC().Truncate(time.Second), Root: storage.Redact(s.URL()), WhaleVersion: buildinfo.Version()}
+	d := &Data{Generated: time.Now().UTC().Truncate(time.Second), Root: redact.URL(s.URL()), WhaleVersion: buildinfo.Version()}
 	seen := map[string]bool{}
 	for _, name := range runs {
 		if seen[name] {

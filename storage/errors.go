@@ -4,11 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/url"
-	"regexp"
 	"strings"
 	"syscall"
 
@@ -16,6 +11,9 @@ import (
 	"github.com/aws/smithy-go"
 	"gocloud.dev/gcerrors"
 	"google.golang.org/api/googleapi"
+
+	"github.com/whalerun/whale/internal/redact"
+	"github.com/whalerun/whale/internal/retry"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -83,9 +81,10 @@ func kindOf(err error) error {
 }
 
 // Transient reports whether retrying the operation may succeed: throttling,
-// server errors, timeouts and dropped connections. Permanent errors
-// (not found, permission, an existing key, a bad request or key, a
-// cancelled context) are not.
+// server errors, timeouts and dropped connections, as internal/retry
+// classifies HTTP statuses and network errors. Permanent errors (not
+// found, permission, an existing key, a bad request or key, 501, a
+// cancelled context, a host that does not resolve) are not.
 func Transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
@@ -114,7 +113,7 @@ func Transient(err error) bool {
 	// The HTTP status decides before the API error's fault: a 500 or 503
 	// without an XML body comes back as a generic error of unknown fault.
 	if c := httpStatus(err); c != 0 {
-		return c == http.StatusTooManyRequests || c == http.StatusRequestTimeout || c >= 500
+		return retry.RetryableStatus(c)
 	}
 	if isAPI {
 		return ae.ErrorFault() == smithy.FaultServer
@@ -125,32 +124,8 @@ func Transient(err error) bool {
 	case gcerrors.InvalidArgument, gcerrors.Unimplemented, gcerrors.Canceled:
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		// A host that does not exist will not exist on retry either.
-		return !dns.IsNotFound
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		// An operation (not a reader) that ends in EOF lost its connection.
-		return true
-	}
-	msg := err.Error()
-	for _, s := range []string{"connection reset", "unexpected EOF", "connection refused", "broken pipe",
-		"server closed idle connection", "use of closed network connection"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	// The rest is the network's: timeouts, dropped connections.
+	return retry.Transient(err)
 }
 
 // httpStatus digs the HTTP status out of the SDK errors of S3, GCS and
@@ -171,65 +146,12 @@ func httpStatus(err error) int {
 	return 0
 }
 
-// sensitiveParams are URL query parameters that may carry a secret.
-var sensitiveParams = []string{"sig", "signature", "token", "secret", "password", "passwd", "key", "credential", "sas", "auth"}
-
-// Redact returns the URL with any user info and secret-looking query values
-// replaced, fit for logs, errors and artifacts. A query value that is itself
-// a URL (an endpoint) loses its user info too.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	if u.User != nil {
-		u.User = url.User("REDACTED")
-	}
-	q := u.Query()
-	changed := false
-	for k, vs := range q {
-		lk := strings.ToLower(k)
-		secret := false
-		for _, s := range sensitiveParams {
-			if strings.Contains(lk, s) && lk != "kmskeyid" {
-				secret = true
-			}
-		}
-		for i, v := range vs {
-			switch {
-			case secret:
-				vs[i] = "REDACTED"
-				changed = true
-			case strings.Contains(v, "@"):
-				if vu, err := url.Parse(v); err == nil && vu.User != nil {
-					vu.User = url.User("REDACTED")
-					vs[i] = vu.String()
-					changed = true
-				}
-			}
-		}
-	}
-	if changed {
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
-}
-
-// secretInText matches secret-looking query parameters inside free text,
-// such as a request URL quoted by a driver error.
-var secretInText = regexp.MustCompile(`(?i)((?:x-amz-|x-goog-)?(?:signature|credential|security-token|sig|token|secret|password|sas)=)[^&\s"']+`)
-
-// scrub removes credential-looking material that SDKs sometimes echo back
-// (an access key id in a signature error, a presigned query string).
+// scrub is err's text without credential-looking material that SDKs
+// sometimes echo back (an access key id in a signature error, a presigned
+// query string).
 func scrub(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
-	msg := err.Error()
-	for _, env := range []string{"AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_SECRET"} {
-		if v := getenv(env); len(v) >= 4 {
-			msg = strings.ReplaceAll(msg, v, "REDACTED")
-		}
-	}
-	return secretInText.ReplaceAllString(msg, "${1}REDACTED")
+	return redact.Text(err.Error())
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -100,34 +99,6 @@ func TestKindOf(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	tests := []struct {
-		p       RetryPolicy
-		attempt int
-		max     time.Duration
-	}{
-		{RetryPolicy{Base: 10 * time.Millisecond, Max: time.Second}, 0, 10 * time.Millisecond},
-		{RetryPolicy{Base: 10 * time.Millisecond, Max: time.Second}, 3, 80 * time.Millisecond},
-		{RetryPolicy{Base: 10 * time.Millisecond, Max: time.Second}, 10, time.Second},
-		{RetryPolicy{Base: 10 * time.Millisecond, Max: time.Second}, 200, time.Second}, // no overflow
-		{RetryPolicy{Base: time.Hour, Max: 0}, 70, time.Hour},
-		{RetryPolicy{Base: 0, Max: time.Second}, 5, 0},
-	}
-	for _, tc := range tests {
-		var seenNonZero bool
-		for range 200 {
-			d := tc.p.backoff(tc.attempt)
-			if d < 0 || d > tc.max {
-				t.Fatalf("%+v attempt %d: backoff %s outside [0, %s]", tc.p, tc.attempt, d, tc.max)
-			}
-			seenNonZero = seenNonZero || d > 0
-		}
-		if tc.max > 0 && !seenNonZero {
-			t.Fatalf("%+v attempt %d: never waited", tc.p, tc.attempt)
-		}
-	}
-}
-
 func TestRetryDo(t *testing.T) {
 	transient := s3Status(503, "SlowDown")
 	permanent := s3Status(403, "AccessDenied")
@@ -146,7 +117,7 @@ func TestRetryDo(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0
-			err := p.Do(context.Background(), "op", func() error {
+			err := p.do(context.Background(), "op", func() error {
 				calls++
 				if calls <= len(tc.failures) {
 					return tc.failures[calls-1]
@@ -163,7 +134,7 @@ func TestRetryDo(t *testing.T) {
 		defer cancel()
 		slow := RetryPolicy{Attempts: 100, Base: time.Hour, Max: time.Hour}
 		start := time.Now()
-		err := slow.Do(ctx, "op", func() error { return transient })
+		err := slow.do(ctx, "op", func() error { return transient })
 		if time.Since(start) > 5*time.Second {
 			t.Fatal("Do waited past the context")
 		}
@@ -173,72 +144,6 @@ func TestRetryDo(t *testing.T) {
 	})
 }
 
-func TestRedact(t *testing.T) {
-	tests := []struct {
-		in, want string
-		gone     []string
-	}{
-		{"s3://bucket/prefix?endpoint=http://127.0.0.1:7070&region=us-east-1",
-			"s3://bucket/prefix?endpoint=http://127.0.0.1:7070&region=us-east-1", nil},
-		{"azblob://user:hunter22@container", "azblob://REDACTED@container", []string{"hunter22"}},
-		{"https://h/o?X-Amz-Signature=abcdef123&X-Amz-Credential=AKIAXXXX%2F2024&X-Amz-Date=20240101",
-			"", []string{"abcdef123", "AKIAXXXX"}},
-		{"azblob://c?sig=s3cr3tsig&sv=2020&se=2030", "", []string{"s3cr3tsig"}},
-		{"gs://b?access_token=tok123456", "", []string{"tok123456"}},
-		{"s3://b?endpoint=http://u:pw123456@minio:9000&region=x", "", []string{"pw123456"}},
-		{"s3://b?kmskeyid=arn:aws:kms:key/1", "s3://b?kmskeyid=arn:aws:kms:key/1", nil},
-		{"file:///data/whale", "file:///data/whale", nil},
-		{"://bad url", "<unparseable URL>", nil},
-	}
-	for _, tc := range tests {
-		got := Redact(tc.in)
-		if tc.want != "" && got != tc.want {
-			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		for _, g := range tc.gone {
-			if strings.Contains(got, g) {
-				t.Errorf("Redact(%q) = %q still holds %q", tc.in, got, g)
-			}
-		}
-	}
-}
-
-func FuzzRedact(f *testing.F) {
-	f.Add("bucket", "user", "pa55word", "sig", "s3cr3tvalue")
-	f.Add("127.0.0.1:7070", "", "", "X-Amz-Signature", "deadbeefcafe")
-	f.Add("c", "u", "p@ss:w/rd?", "token", "t&k=n")
-	f.Fuzz(func(t *testing.T, host, user, pw, param, value string) {
-		u := &url.URL{Scheme: "s3", Host: host, RawQuery: url.Values{param: {value}, "region": {"r"}}.Encode()}
-		if user != "" || pw != "" {
-			u.User = url.UserPassword(user, pw)
-		}
-		raw := u.String()
-		got := Redact(raw)
-		if again := Redact(got); again != got && got != "<unparseable URL>" {
-			t.Fatalf("Redact not idempotent: %q -> %q -> %q", raw, got, again)
-		}
-		if _, err := url.Parse(raw); err != nil {
-			return
-		}
-		secret := func(s string) bool {
-			// Short or unremarkable strings may occur in the rest of the
-			// URL by chance.
-			return len(s) >= 6 && !strings.Contains(host, s) && !strings.Contains(param, s) &&
-				!strings.Contains("s3://REDACTED@?region=r&", s)
-		}
-		if (user != "" || pw != "") && secret(pw) && strings.Contains(got, url.PathEscape(pw)) {
-			t.Fatalf("Redact(%q) = %q keeps the password", raw, got)
-		}
-		lp := strings.ToLower(param)
-		sensitive := false
-		for _, s := range sensitiveParams {
-			sensitive = sensitive || (strings.Contains(lp, s) && lp != "kmskeyid")
-		}
-		if sensitive && secret(value) && strings.Contains(got, url.QueryEscape(value)) {
-			t.Fatalf("Redact(%q) = %q keeps the %s value", raw, got, param)
-		}
-	})
-}
 
 func TestScrubAndErrorMessage(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "topsecret-value-123")

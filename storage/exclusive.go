@@ -39,7 +39,7 @@ func (s *Store) CreateExclusive(ctx context.Context, key string, data []byte) er
 	// A create that timed out may have landed: on retry, ErrExists could
 	// then be our own write. Compare content to tell.
 	attempt := 0
-	err := s.retry.Do(ctx, "create", func() error {
+	err := s.retry.do(ctx, "create", func() error {
 		attempt++
 		s.n.writes.Add(1)
 		actx, cancel := s.retry.attemptContext(ctx)

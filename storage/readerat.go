@@ -44,7 +44,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		want = r.size - off
 	}
 	var n int
-	err := r.s.retry.Do(r.ctx, "read", func() error {
+	err := r.s.retry.do(r.ctx, "read", func() error {
 		r.s.n.reads.Add(1)
 		rc, err := r.s.bucket.NewRangeReader(r.ctx, r.key, off, want, nil)
 		if err != nil {

@@ -32,6 +32,8 @@ import (
 	"gocloud.dev/blob/memblob"   // mem://
 	"gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
+
+	"github.com/whalerun/whale/internal/redact"
 )
 
 var getenv = os.Getenv
@@ -73,7 +75,7 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	red := Redact(rawURL)
+	red := redact.URL(rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("open root %s: want a URL such as file:///data/whale or s3://bucket/prefix?endpoint=...", red)
@@ -245,7 +247,7 @@ func openS3(ctx context.Context, u *url.URL, p RetryPolicy) (*blob.Bucket, error
 			o.MaxAttempts = 3
 			o.RateLimiter = limiter
 			o.Backoff = retry.BackoffDelayerFunc(func(attempt int, _ error) (time.Duration, error) {
-				return p.backoff(attempt - 1), nil
+				return p.policy().Backoff(attempt - 1), nil
 			})
 		})
 	}
@@ -327,7 +329,7 @@ func (s *Store) Stat(ctx context.Context, key string) (Attrs, error) {
 		return Attrs{}, s.fail("stat", key, err)
 	}
 	var a *blob.Attributes
-	err := s.retry.Do(ctx, "stat", func() (e error) {
+	err := s.retry.do(ctx, "stat", func() (e error) {
 		s.n.stats.Add(1)
 		actx, cancel := s.retry.attemptContext(ctx)
 		defer cancel()
@@ -361,7 +363,7 @@ func (s *Store) NewRangeReader(ctx context.Context, key string, offset, length i
 		return nil, s.fail("read", key, err)
 	}
 	var r *blob.Reader
-	err := s.retry.Do(ctx, "read", func() (e error) {
+	err := s.retry.do(ctx, "read", func() (e error) {
 		s.n.reads.Add(1)
 		r, e = s.bucket.NewRangeReader(ctx, key, offset, length, nil)
 		return e
@@ -394,7 +396,7 @@ func (s *Store) ReadAll(ctx context.Context, key string) ([]byte, error) {
 		return nil, s.fail("read", key, err)
 	}
 	var data []byte
-	err := s.retry.Do(ctx, "read", func() (e error) {
+	err := s.retry.do(ctx, "read", func() (e error) {
 		s.n.reads.Add(1)
 		data, e = s.bucket.ReadAll(ctx, key)
 		return e
@@ -496,7 +498,7 @@ func (s *Store) Put(ctx context.Context, key string, src io.ReadSeeker) error {
 	if err := checkKey(key); err != nil {
 		return s.fail("write", key, err)
 	}
-	err := s.retry.Do(ctx, "write", func() error {
+	err := s.retry.do(ctx, "write", func() error {
 		if _, err := src.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
@@ -520,7 +522,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return s.fail("delete", key, err)
 	}
-	err := s.retry.Do(ctx, "delete", func() error {
+	err := s.retry.do(ctx, "delete", func() error {
 		s.n.deletes.Add(1)
 		actx, cancel := s.retry.attemptContext(ctx)
 		defer cancel()
@@ -562,7 +564,7 @@ func (s *Store) List(ctx context.Context, prefix string, dirs bool, fn func(Entr
 	for {
 		var page []*blob.ListObject
 		var next []byte
-		err := s.retry.Do(ctx, "list", func() (e error) {
+		err := s.retry.do(ctx, "list", func() (e error) {
 			s.n.lists.Add(1)
 			actx, cancel := s.retry.attemptContext(ctx)
 			defer cancel()
@@ -599,7 +601,7 @@ func (s *Store) listLocal(ctx context.Context, prefix string, opts *blob.ListOpt
 	var page []*blob.ListObject
 	for size := s.pageSize; ; size *= 8 {
 		var next []byte
-		err := s.retry.Do(ctx, "list", func() (e error) {
+		err := s.retry.do(ctx, "list", func() (e error) {
 			for range localListTries {
 				s.n.lists.Add(1)
 				page, next, e = s.bucket.ListPage(ctx, blob.FirstPageToken, size, opts)

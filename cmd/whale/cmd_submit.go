@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/pipeline/slurmsubmit"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/scheduler/slurm"
@@ -164,8 +165,8 @@ func runSubmitSlurm(ctx context.Context, o submitOptions, out io.Writer) error {
 	if o.Root == "" {
 		return usagef("no bucket given: pass --root URL or set WHALE_ROOT")
 	}
-	if storage.Redact(o.Root) != o.Root {
-		return usagef("--root %s carries a credential, which would be stored with every job script: put it in the environment", storage.Redact(o.Root))
+	if redact.URL(o.Root) != o.Root {
+		return usagef("--root %s carries a credential, which would be stored with every job script: put it in the environment", redact.URL(o.Root))
 	}
 	store, pl, err := openPlanner(ctx, runOptions{Root: o.Root, Run: o.Run})
 	if err != nil {

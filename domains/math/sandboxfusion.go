@@ -12,6 +12,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/whalerun/whale/internal/redact"
+	"github.com/whalerun/whale/internal/retry"
 )
 
 // ErrSandbox marks a failure of the code service itself (unreachable,
@@ -36,11 +39,13 @@ type SandboxFusionOptions struct {
 	// the service's own time limit is reached first.
 	CallTimeout time.Duration
 	// Retries is how many times a failed attempt (connection error,
-	// timeout, HTTP 5xx or 429, SandboxError) is repeated; default 3,
-	// negative for none.
+	// timeout, HTTP 408, 429 or 5xx but 501 and 505, SandboxError) is
+	// repeated; default 3, negative for none.
 	Retries int
-	// Backoff is the wait before the first retry, doubled for each next
-	// one; default 500ms.
+	// Backoff is the ceiling of the wait before the first retry, doubled
+	// for each next one up to 10s (or Backoff, if longer), with full
+	// jitter (internal/retry); default 500ms. A Retry-After is waited for,
+	// up to a minute.
 	Backoff time.Duration
 	// MaxOutputBytes caps each of stdout and stderr; default 64 KiB.
 	MaxOutputBytes int
@@ -72,7 +77,7 @@ const maxResponseBytes = 64 << 20
 func NewSandboxFusion(opts SandboxFusionOptions) (*SandboxFusion, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("sandbox fusion: URL must be http(s)://host[:port][/path], got %q", redactURL(opts.URL))
+		return nil, fmt.Errorf("sandbox fusion: URL must be http(s)://host[:port][/path], got %q", redact.URL(opts.URL))
 	}
 	if !strings.HasSuffix(u.Path, "/run_code") {
 		u.Path = strings.TrimRight(u.Path, "/") + "/run_code"
@@ -106,17 +111,7 @@ func NewSandboxFusion(opts SandboxFusionOptions) (*SandboxFusion, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	return &SandboxFusion{opts: opts, endpoint: u.String(), safeURL: redactURL(u.String())}, nil
-}
-
-// redactURL keeps scheme, host and path: user info and query strings are
-// where tokens live.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+	return &SandboxFusion{opts: opts, endpoint: u.String(), safeURL: redact.URL(u.String())}, nil
 }
 
 type sfRequest struct {
@@ -152,43 +147,37 @@ func (s *SandboxFusion) Run(ctx context.Context, code string) (RunResult, error)
 	if err != nil {
 		return RunResult{}, fmt.Errorf("sandbox fusion: encode request: %w", err)
 	}
-	delay := s.opts.Backoff
-	var lastErr error
-	for attempt := 0; attempt <= s.opts.Retries; attempt++ {
-		if attempt > 0 {
-			s.opts.Log.Warn("sandbox fusion: retrying", "url", s.safeURL, "attempt", attempt+1, "err", lastErr)
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return RunResult{}, fmt.Errorf("sandbox fusion %s: %w (last failure: %v)", s.safeURL, ctx.Err(), lastErr)
-			case <-t.C:
-			}
-			delay *= 2
-		}
-		resp, retry, err := s.call(ctx, body)
-		if err == nil {
-			return s.result(resp)
-		}
-		if ctx.Err() != nil {
-			return RunResult{}, fmt.Errorf("sandbox fusion %s: %w", s.safeURL, ctx.Err())
-		}
-		lastErr = err
-		if !retry {
-			return RunResult{}, fmt.Errorf("sandbox fusion %s: %w", s.safeURL, err)
-		}
+	var resp sfResponse
+	p := retry.Policy{Attempts: s.opts.Retries + 1, Base: s.opts.Backoff, Max: max(maxBackoff, s.opts.Backoff)}
+	err = retry.Do(ctx, p, func(ctx context.Context) (err error) {
+		resp, err = s.call(ctx, body)
+		return err
+	}, retry.OnRetry(func(e retry.Event) {
+		s.opts.Log.Warn("sandbox fusion: retrying", "url", s.safeURL, "attempt", e.Attempt, "wait", e.Wait, "err", e.Err)
+	}))
+	var re *retry.Error
+	switch {
+	case err == nil:
+		return s.result(resp)
+	case errors.As(err, &re) && re.Cause == nil:
+		// "gave up after N attempts" when there were retries.
+		return RunResult{}, fmt.Errorf("sandbox fusion %s: %w: %w", s.safeURL, ErrSandbox, err)
 	}
-	return RunResult{}, fmt.Errorf("sandbox fusion %s: %w after %d attempts: %w", s.safeURL, ErrSandbox, s.opts.Retries+1, lastErr)
+	return RunResult{}, fmt.Errorf("sandbox fusion %s: %w", s.safeURL, err)
 }
 
-// call makes one attempt; retry reports whether another might succeed.
-func (s *SandboxFusion) call(ctx context.Context, body []byte) (sfResponse, bool, error) {
+// maxBackoff caps the ceiling of a wait between attempts, unless Backoff
+// is longer.
+const maxBackoff = 10 * time.Second
+
+// call makes one attempt; its error is marked for retry.Do.
+func (s *SandboxFusion) call(ctx context.Context, body []byte) (sfResponse, error) {
 	var out sfResponse
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, bytes.NewReader(body))
 	if err != nil {
-		return out, false, fmt.Errorf("build request: %w", redactErr(err))
+		return out, retry.Permanent(fmt.Errorf("build request: %w", redact.Error(err)))
 	}
 	for k, vs := range s.opts.Header {
 		for _, v := range vs {
@@ -199,32 +188,31 @@ func (s *SandboxFusion) call(ctx context.Context, body []byte) (sfResponse, bool
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.opts.Client.Do(req)
 	if err != nil {
-		return out, true, redactErr(err)
+		return out, retry.MarkTransport(redact.Error(err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return out, true, fmt.Errorf("read response (HTTP %d): %w", resp.StatusCode, redactErr(err))
-	}
-	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		return out, true, fmt.Errorf("HTTP %d: %s", resp.StatusCode, snippet(data))
+		return out, retry.MarkTransport(fmt.Errorf("read response (HTTP %d): %w", resp.StatusCode, redact.Error(err)))
 	}
 	if resp.StatusCode != http.StatusOK {
-		return out, false, fmt.Errorf("HTTP %d: %s", resp.StatusCode, snippet(data))
+		return out, retry.MarkStatus(fmt.Errorf("HTTP %d: %s", resp.StatusCode, snippet(data)), resp.StatusCode, resp.Header)
 	}
 	if len(data) > maxResponseBytes {
-		return out, false, fmt.Errorf("response is larger than %d bytes", maxResponseBytes)
+		return out, retry.Permanent(fmt.Errorf("response is larger than %d bytes", maxResponseBytes))
 	}
 	if err := json.Unmarshal(data, &out); err != nil {
-		return out, false, fmt.Errorf("decode response: %w: %s", err, snippet(data))
+		return out, retry.Permanent(fmt.Errorf("decode response: %w: %s", err, snippet(data)))
 	}
 	switch out.Status {
 	case "Success", "Failed":
-		return out, false, nil
+		return out, nil
 	case "SandboxError":
-		return out, true, fmt.Errorf("SandboxError: %s", snippet([]byte(out.Message)))
+		// The service's own executor failed; another try may land on a
+		// healthy one.
+		return out, fmt.Errorf("SandboxError: %s", snippet([]byte(out.Message)))
 	}
-	return out, false, fmt.Errorf("unknown status %q in response: %s", out.Status, snippet(data))
+	return out, retry.Permanent(fmt.Errorf("unknown status %q in response: %s", out.Status, snippet(data)))
 }
 
 // result maps a Success or Failed response to a RunResult.
@@ -267,16 +255,6 @@ func (s *SandboxFusion) result(resp sfResponse) (RunResult, error) {
 
 // isOOMText is isOOM without the signal rule.
 func isOOMText(stderr string) bool { return isOOM(0, stderr) }
-
-// redactErr drops the URL that net/http puts in its errors (it may carry a
-// token in its query) and keeps the cause.
-func redactErr(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
-	}
-	return err
-}
 
 // snippet shortens a body or message for an error.
 func snippet(b []byte) string {

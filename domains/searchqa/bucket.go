@@ -19,6 +19,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/whalerun/whale/internal/retry"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -44,7 +45,7 @@ func ReadIndexManifest(ctx context.Context, store *storage.Store, key string) (*
 	mkey := storage.Join(key, indexManifestName)
 	b, err := store.ReadAll(ctx, mkey)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, fmt.Errorf("no search index at %s key %s (upload one with UploadIndex, whale index upload): %w", store.URL(), key, err)
+		return nil, fmt.Errorf("no search index at %s key %s (build one with whale index build): %w", store.URL(), key, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read index manifest: %w", err)
@@ -239,18 +240,23 @@ func DownloadIndex(ctx context.Context, store *storage.Store, key, cacheDir stri
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return "", nil, fmt.Errorf("download index: %w", err)
 	}
-	const attempts = 3
-	for attempt := 1; ; attempt++ {
-		err = fetchInto(ctx, store, key, m, cacheDir, final)
-		if err == nil || !storage.Transient(err) || attempt == attempts || ctx.Err() != nil {
-			break
+	// The store retries opening the archive; a transfer that breaks off
+	// mid-stream it returns to us, and only that is tried again.
+	err = retry.Do(ctx, downloadRetry, func(ctx context.Context) error {
+		err := fetchInto(ctx, store, key, m, cacheDir, final)
+		if !storage.Transient(err) {
+			return retry.Permanent(err)
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return "", nil, fmt.Errorf("download index %s key %s: %w", store.URL(), key, err)
 	}
 	return final, m, nil
 }
+
+// downloadRetry restarts a download whose stream broke off.
+var downloadRetry = retry.Policy{Attempts: 3, Base: time.Second, Max: 10 * time.Second}
 
 // cached reports whether dir already holds the index m describes.
 func cached(dir string, m *IndexManifest) (bool, error) {
@@ -275,7 +281,7 @@ func fetchInto(ctx context.Context, store *storage.Store, key string, m *IndexMa
 	defer os.RemoveAll(tmp)
 	r, err := store.NewReader(ctx, storage.Join(key, m.Archive))
 	if err != nil {
-		return err
+		return retry.Permanent(err) // the store has retried it
 	}
 	defer r.Close()
 	h := sha256.New()

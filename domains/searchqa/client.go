@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/whalerun/whale/internal/redact"
+	"github.com/whalerun/whale/internal/retry"
 )
 
 // ClientOptions tune a Client. The zero value is fine.
@@ -28,8 +28,9 @@ type ClientOptions struct {
 	CallTimeout time.Duration
 	// MaxAttempts is how many times one call is tried; 0 means 5.
 	MaxAttempts int
-	// MinBackoff and MaxBackoff bound the wait before a retry, which doubles
-	// from MinBackoff with jitter; 0 means 200 ms and 10 s.
+	// MinBackoff and MaxBackoff shape the wait before a retry: full jitter
+	// under a ceiling that doubles from MinBackoff up to MaxBackoff
+	// (internal/retry's Base and Max); 0 means 200 ms and 10 s.
 	MinBackoff, MaxBackoff time.Duration
 	// MaxResponseBytes caps a response body; 0 means 256 MiB.
 	MaxResponseBytes int64
@@ -57,7 +58,7 @@ type Client struct {
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("retrieval server URL %q: want http(s)://host:port", redactURL(baseURL))
+		return nil, fmt.Errorf("retrieval server URL %q: want http(s)://host:port", redact.URL(baseURL))
 	}
 	if !strings.HasSuffix(u.Path, "/retrieve") {
 		u.Path = strings.TrimSuffix(u.Path, "/") + "/retrieve"
@@ -80,7 +81,7 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	if opts.MaxResponseBytes <= 0 {
 		opts.MaxResponseBytes = 256 << 20
 	}
-	c := &Client{url: u.String(), show: u.Redacted(), hc: opts.HTTPClient, opts: opts, log: opts.Logger}
+	c := &Client{url: u.String(), show: redact.URL(u.String()), hc: opts.HTTPClient, opts: opts, log: opts.Logger}
 	if c.hc == nil {
 		c.hc = &http.Client{}
 	}
@@ -88,13 +89,6 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 		c.log = slog.Default()
 	}
 	return c, nil
-}
-
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "(unparseable URL)"
 }
 
 // StatusError is a non-2xx answer from the retrieval server.
@@ -112,15 +106,16 @@ func (e *StatusError) Error() string {
 	return msg
 }
 
-// Transient reports whether retrying may help: server errors, 408 and 429.
-func (e *StatusError) Transient() bool {
-	return e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests
-}
+// Transient reports whether retrying may help: 408, 429 and 5xx but 501
+// and 505 (internal/retry's RetryableStatus).
+func (e *StatusError) Transient() bool { return retry.RetryableStatus(e.Status) }
 
 // Retrieve sends all queries in one request, retrying transient failures
-// (connection errors, timeouts of an attempt, 408, 429 and 5xx) with
-// backoff. A 4xx or a malformed response fails at once. A server that
-// returns more than topk passages is cut to topk.
+// (connection errors, timeouts of an attempt, 408, 429 and 5xx but 501 and
+// 505) with backoff, waiting at least as long as a Retry-After asks (up to
+// the larger of MaxBackoff and a minute). Other statuses and a malformed
+// response fail at once. A server that returns more than topk passages is
+// cut to topk.
 func (c *Client) Retrieve(ctx context.Context, queries []string, topk int) ([][]Passage, error) {
 	if topk < 1 {
 		return nil, fmt.Errorf("retrieve from %s: topk is %d, want at least 1", c.show, topk)
@@ -137,119 +132,59 @@ func (c *Client) Retrieve(ctx context.Context, queries []string, topk int) ([][]
 	if err != nil {
 		return nil, fmt.Errorf("retrieve from %s: encode request: %w", c.show, err)
 	}
-	var last error
-	for attempt := 1; ; attempt++ {
-		res, retryAfter, err := c.try(ctx, body, len(queries))
-		if err == nil {
-			for i := range res {
-				if len(res[i]) > topk {
-					res[i] = res[i][:topk]
-				}
-			}
-			return res, nil
-		}
-		last = err
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("retrieve from %s: %w (last error: %v)", c.show, ctx.Err(), last)
-		}
-		if !transient(err) {
-			return nil, fmt.Errorf("retrieve from %s: %w", c.show, err)
-		}
-		if attempt >= c.opts.MaxAttempts {
-			return nil, fmt.Errorf("retrieve from %s: gave up after %d attempts: %w", c.show, attempt, last)
-		}
-		wait := c.backoff(attempt)
-		if retryAfter > wait {
-			wait = min(retryAfter, c.opts.MaxBackoff)
-		}
-		c.log.Warn("retrieval request failed; retrying", "url", c.show, "attempt", attempt, "wait", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("retrieve from %s: %w (last error: %v)", c.show, ctx.Err(), last)
-		case <-t.C:
+	var res [][]Passage
+	err = retry.Do(ctx, c.policy(), func(ctx context.Context) (err error) {
+		res, err = c.try(ctx, body, len(queries))
+		return err
+	}, retry.OnRetry(func(e retry.Event) {
+		c.log.Warn("retrieval request failed; retrying", "url", c.show, "attempt", e.Attempt, "wait", e.Wait, "err", e.Err)
+	}))
+	if err != nil {
+		// A *retry.Error says "gave up after N attempts" or why the
+		// retries stopped.
+		return nil, fmt.Errorf("retrieve from %s: %w", c.show, err)
+	}
+	for i := range res {
+		if len(res[i]) > topk {
+			res[i] = res[i][:topk]
 		}
 	}
+	return res, nil
 }
 
-// permanentError marks failures that a retry cannot fix.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-func transient(err error) bool {
-	var pe permanentError
-	if errors.As(err, &pe) {
-		return false
-	}
-	var se *StatusError
-	if errors.As(err, &se) {
-		return se.Transient()
-	}
-	// Transport errors and a body cut off mid-read: the server may be
-	// restarting or overloaded.
-	return true
+func (c *Client) policy() retry.Policy {
+	return retry.Policy{Attempts: c.opts.MaxAttempts, Base: c.opts.MinBackoff, Max: c.opts.MaxBackoff}
 }
 
-func (c *Client) try(ctx context.Context, body []byte, n int) ([][]Passage, time.Duration, error) {
+// try makes one attempt; its error is marked for retry.Do.
+func (c *Client) try(ctx context.Context, body []byte, n int) ([][]Passage, error) {
 	actx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, 0, permanentError{err}
+		return nil, retry.Permanent(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, 0, scrubURLError(err)
+		return nil, retry.MarkTransport(redact.Error(err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, c.opts.MaxResponseBytes+1))
 	if err != nil {
-		return nil, 0, fmt.Errorf("read response: %w", scrubURLError(err))
+		return nil, retry.MarkTransport(fmt.Errorf("read response: %w", redact.Error(err)))
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, retryAfter(resp.Header.Get("Retry-After")), &StatusError{URL: c.show, Status: resp.StatusCode, Body: truncate(strings.TrimSpace(string(data)), 300)}
+		se := &StatusError{URL: c.show, Status: resp.StatusCode, Body: truncate(strings.TrimSpace(string(data)), 300)}
+		return nil, retry.MarkStatus(se, resp.StatusCode, resp.Header)
 	}
 	if int64(len(data)) > c.opts.MaxResponseBytes {
-		return nil, 0, permanentError{fmt.Errorf("response is larger than %d bytes", c.opts.MaxResponseBytes)}
+		return nil, retry.Permanent(fmt.Errorf("response is larger than %d bytes", c.opts.MaxResponseBytes))
 	}
 	res, err := decodeResult(data, n)
 	if err != nil {
-		return nil, 0, permanentError{err}
+		return nil, retry.Permanent(err)
 	}
-	return res, 0, nil
-}
-
-// scrubURLError drops the URL that net/http puts in its errors: we name the
-// redacted endpoint ourselves, and the raw one may carry credentials.
-func scrubURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: %w", strings.ToLower(ue.Op), ue.Err)
-	}
-	return err
-}
-
-func retryAfter(h string) time.Duration {
-	if s, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
-	}
-	return 0
-}
-
-// backoff is the wait after failed attempt n (1-based): exponential from
-// MinBackoff, capped at MaxBackoff, with jitter over its upper half so that
-// many workers hitting one restarting server spread out.
-func (c *Client) backoff(n int) time.Duration {
-	d := c.opts.MinBackoff
-	for i := 1; i < n && d < c.opts.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, c.opts.MaxBackoff)
-	half := d / 2
-	return half + rand.N(half+1)
+	return res, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/ledger"
 	"github.com/whalerun/whale/pipeline/spec"
@@ -100,8 +101,8 @@ func (s *Submitter) Submit(ctx context.Context) (*Submission, error) {
 	if s.Root == "" {
 		return nil, errors.New("no root URL for the jobs")
 	}
-	if storage.Redact(s.Root) != s.Root {
-		return nil, fmt.Errorf("root URL %s carries a credential, which would be stored with the job script: give it through the environment instead", storage.Redact(s.Root))
+	if redact.URL(s.Root) != s.Root {
+		return nil, fmt.Errorf("root URL %s carries a credential, which would be stored with the job script: give it through the environment instead", redact.URL(s.Root))
 	}
 	p, err := s.Planner.Plan(ctx)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/internal/slurmtest"
 	"github.com/whalerun/whale/pipeline/ledger"
 	"github.com/whalerun/whale/pipeline/spec"
@@ -190,7 +191,7 @@ func TestSubmitRefusals(t *testing.T) {
 	} {
 		s.Root, s.Whale = tc.root, tc.whale
 		if _, err := s.Submit(ctx); err == nil || strings.Contains(err.Error(), "abc") || strings.Contains(err.Error(), "pw") {
-			t.Errorf("root %s whale %s: %v", storage.Redact(tc.root), tc.whale, err)
+			t.Errorf("root %s whale %s: %v", redact.URL(tc.root), tc.whale, err)
 		}
 	}
 	if len(fake.Scripts()) != 0 {

@@ -225,7 +225,7 @@ func TestParseErrors(t *testing.T) {
 		{"endpoint url", replaceLine(t, "  endpoints:", "  endpoints: [localhost:8000]"),
 			[]string{`field model.endpoints[0]: must be an http:// or https:// URL`}},
 		{"endpoint credentials are not echoed", replaceLine(t, "  endpoints:", "  endpoints: [\"http://u:hunter2@h:1/v1\"]"),
-			[]string{`field model.endpoints[0]: must not carry credentials (http://u:xxxxx@h:1/v1)`}},
+			[]string{`field model.endpoints[0]: must not carry credentials (http://REDACTED@h:1/v1)`}},
 		{"duplicate block", minimal + "model:\n  api_key_env: K\n",
 			[]string{`experiment.yaml:17:1: mapping key "model" already defined at [7:1]`}},
 		{"reserved extra", strings.Replace(minimal, "  name: m\n", "  name: m\n  extra: {temperature: 0.1}\n", 1),

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/whalerun/whale/domains/registry"
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/pipeline/schedule/schedules"
 	"github.com/whalerun/whale/storage"
 )
@@ -82,11 +83,11 @@ func (c *checker) required(path, got, what string) {
 func (c *checker) endpoint(path, raw string) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		c.addSensitive(path, "must be an http:// or https:// URL with a host, got %q", redact(raw))
+		c.addSensitive(path, "must be an http:// or https:// URL with a host, got %q", redact.URL(raw))
 		return
 	}
 	if u.User != nil {
-		c.addSensitive(path, "must not carry credentials (%s); name the key's environment variable in api_key_env", u.Redacted())
+		c.addSensitive(path, "must not carry credentials (%s); name the key's environment variable in api_key_env", redact.URL(raw))
 	}
 }
 
@@ -106,24 +107,13 @@ func (c *checker) dataset(path, ref string) {
 	if strings.Contains(ref, "://") {
 		u, err := url.Parse(ref)
 		if err != nil || u.Scheme == "" {
-			c.addSensitive(path, "is not a valid URL: %q", redact(ref))
+			c.addSensitive(path, "is not a valid URL: %q", redact.URL(ref))
 			return
 		}
 		if _, hasPass := u.User.Password(); hasPass {
-			c.addSensitive(path, "must not carry credentials (%s)", u.Redacted())
+			c.addSensitive(path, "must not carry credentials (%s)", redact.URL(ref))
 		}
 	}
-}
-
-// redact drops anything that looks like userinfo from a string that failed
-// to parse as a URL.
-func redact(raw string) string {
-	if i := strings.Index(raw, "@"); i >= 0 {
-		if j := strings.Index(raw, "://"); j >= 0 && j < i {
-			return raw[:j+3] + "xxxxx" + raw[i:]
-		}
-	}
-	return raw
 }
 
 func (e *Experiment) validate() ErrorList {

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/whalerun/whale/internal/retry"
 )
 
 // Scheduler is what the pipeline needs from a batch system. Client talks
@@ -78,38 +79,32 @@ type Client struct {
 	// resolve against it. Empty: the current directory.
 	Dir string
 	// Retries is how many times a read (squeue, scontrol) is retried when
-	// the controller is busy; 0 means 3, negative means none.
+	// the controller is busy, with internal/retry's backoff (ceilings of
+	// 0.5 s doubling up to 5 s); 0 means 3, negative means none.
 	Retries int
 }
 
 var _ Scheduler = (*Client)(nil)
 
-func (c *Client) run(ctx context.Context, stdin string, retry bool, name string, args ...string) (string, error) {
+// run runs one command; retryBusy retries it while the controller is busy
+// (reads only: a retried sbatch could submit twice).
+func (c *Client) run(ctx context.Context, stdin string, retryBusy bool, name string, args ...string) (string, error) {
 	bin := name
 	if c.Bin != "" {
 		bin = filepath.Join(c.Bin, name)
 	}
-	tries := 1
-	if retry {
-		tries += c.Retries
-		if c.Retries == 0 {
-			tries += 3
-		} else if c.Retries < 0 {
-			tries = 1
+	p := retry.Policy{Attempts: 1, Base: 500 * time.Millisecond, Max: 5 * time.Second}
+	if retryBusy {
+		switch {
+		case c.Retries == 0:
+			p.Attempts += 3
+		case c.Retries > 0:
+			p.Attempts += c.Retries
 		}
 	}
 	label := strings.Join(append([]string{name}, args...), " ")
-	var err error
-	for attempt := range tries {
-		if attempt > 0 {
-			wait := time.Duration(200<<attempt)*time.Millisecond + rand.N(100*time.Millisecond)
-			slog.Debug("slurm command busy, retrying", "command", label, "attempt", attempt+1, "wait", wait, "err", err)
-			select {
-			case <-ctx.Done():
-				return "", fmt.Errorf("%s: %w (after %v)", label, ctx.Err(), err)
-			case <-time.After(wait):
-			}
-		}
+	var out string
+	err := retry.Do(ctx, p, func(ctx context.Context) error {
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = append(os.Environ(), c.Env...)
 		cmd.Dir = c.Dir
@@ -120,18 +115,22 @@ func (c *Client) run(ctx context.Context, stdin string, retry bool, name string,
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		runErr := cmd.Run()
 		if runErr == nil {
-			return stdout.String(), nil
+			out = stdout.String()
+			return nil
 		}
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("%s: %w", label, ctx.Err())
+			// Killed because ctx ended: its stderr says nothing useful.
+			return retry.Permanent(fmt.Errorf("%s: %w", label, context.Cause(ctx)))
 		}
 		ce := &CommandError{Command: label, Stderr: lastBytes(stderr.String(), 4096), Err: runErr}
-		err = ce
 		if !ce.transient() {
-			break
+			return retry.Permanent(ce)
 		}
-	}
-	return "", err
+		return ce
+	}, retry.OnRetry(func(e retry.Event) {
+		slog.Debug("slurm command busy, retrying", "command", label, "attempt", e.Attempt, "wait", e.Wait, "err", e.Err)
+	}))
+	return out, err
 }
 
 func lastBytes(s string, n int) string {

@@ -12,6 +12,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/whalerun/whale/internal/redact"
+	"github.com/whalerun/whale/internal/retry"
 )
 
 // LoadLoRAPath is vLLM's endpoint for loading a LoRA adapter at runtime
@@ -27,7 +30,8 @@ const UnloadLoRAPath = "/v1/unload_lora_adapter"
 // earlier try of this stage loaded its adapter and then failed before the
 // commit; the retrained weights differ, so the old adapter is unloaded
 // (/v1/unload_lora_adapter) and the new one loaded in its place. Transport
-// errors and 5xx are retried twice; any other answer fails the stage.
+// errors and retryable statuses (internal/retry: 408, 429, 5xx but 501 and
+// 505) are retried twice; any other answer fails the stage.
 func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPath string) (int, error) {
 	if len(st.ReloadEndpoints) == 0 {
 		return 0, errors.New("finetune: reload is vllm-lora but no endpoints are configured (model.endpoints)")
@@ -54,7 +58,7 @@ func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPa
 			return 0, err
 		}
 		if already {
-			log.Warn("finetune: the server holds an adapter of this name from an earlier try; replacing it", "endpoint", redact(u), "lora_name", modelID)
+			log.Warn("finetune: the server holds an adapter of this name from an earlier try; replacing it", "endpoint", redact.URL(u), "lora_name", modelID)
 			uu, _ := loraURL(ep, UnloadLoRAPath)
 			if _, err := st.post(ctx, client, uu, unload); err != nil {
 				return 0, err
@@ -62,10 +66,10 @@ func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPa
 			if already, err = st.post(ctx, client, u, load); err != nil {
 				return 0, err
 			} else if already {
-				return 0, fmt.Errorf("finetune: load adapter at %s: still loaded after unloading %q", redact(u), modelID)
+				return 0, fmt.Errorf("finetune: load adapter at %s: still loaded after unloading %q", redact.URL(u), modelID)
 			}
 		}
-		log.Info("finetune: adapter loaded", "endpoint", redact(u), "lora_name", modelID, "lora_path", loraPath)
+		log.Info("finetune: adapter loaded", "endpoint", redact.URL(u), "lora_name", modelID, "lora_path", loraPath)
 	}
 	return len(st.ReloadEndpoints), nil
 }
@@ -75,7 +79,7 @@ func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPa
 func loraURL(base, endpoint string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(base))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("finetune: reload endpoint %q: want an http(s) base URL such as http://host:8000/v1", redact(base))
+		return "", fmt.Errorf("finetune: reload endpoint %q: want an http(s) base URL such as http://host:8000/v1", redact.URL(base))
 	}
 	p := strings.TrimSuffix(u.Path, "/")
 	p = strings.TrimSuffix(p, "/v1")
@@ -84,21 +88,17 @@ func loraURL(base, endpoint string) (string, error) {
 	return u.String(), nil
 }
 
+// reloadRetry is how a reload request is retried: three tries, about a
+// second apart at first.
+var reloadRetry = retry.Policy{Attempts: 3, Base: time.Second, Max: 5 * time.Second}
+
 // post sends body to u; already reports a 400 that says the adapter is
 // already loaded.
 func (st *Stage) post(ctx context.Context, client *http.Client, u string, body []byte) (already bool, err error) {
-	var last error
-	for try := range 3 {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return false, fmt.Errorf("finetune: %s: %w (after %v)", redact(u), context.Cause(ctx), last)
-			case <-time.After(time.Duration(try) * time.Second):
-			}
-		}
+	err = retry.Do(ctx, reloadRetry, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 		if err != nil {
-			return false, fmt.Errorf("finetune: %s: %w", redact(u), err)
+			return retry.Permanent(err)
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if st.APIKey != "" {
@@ -106,36 +106,22 @@ func (st *Stage) post(ctx context.Context, client *http.Client, u string, body [
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			if ctx.Err() != nil {
-				return false, fmt.Errorf("finetune: %s: %w", redact(u), context.Cause(ctx))
-			}
-			last = err
-			continue
+			return retry.MarkTransport(err)
 		}
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
 		text := strings.TrimSpace(string(msg))
 		switch {
 		case resp.StatusCode/100 == 2:
-			return false, nil
+			return nil
 		case resp.StatusCode == http.StatusBadRequest && strings.Contains(strings.ToLower(text), "already"):
-			return true, nil
-		case resp.StatusCode >= 500:
-			last = fmt.Errorf("HTTP %d: %s", resp.StatusCode, text)
-			continue
-		default:
-			return false, fmt.Errorf("finetune: %s: HTTP %d: %s", redact(u), resp.StatusCode, text)
+			already = true
+			return nil
 		}
-	}
-	return false, fmt.Errorf("finetune: %s: %w", redact(u), last)
-}
-
-// redact drops user info and the query of a URL for logs and errors.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
+		return retry.MarkStatus(fmt.Errorf("HTTP %d: %s", resp.StatusCode, text), resp.StatusCode, resp.Header)
+	})
 	if err != nil {
-		return "<unparseable URL>"
+		return false, fmt.Errorf("finetune: %s: %w", redact.URL(u), err)
 	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
+	return already, nil
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -94,7 +95,7 @@ func OpenUnder(t testing.TB, rootURL string, opts *storage.Options) *storage.Sto
 	t.Helper()
 	u, err := url.Parse(rootURL)
 	if err != nil {
-		t.Fatalf("root URL %s: %v", storage.Redact(rootURL), err)
+		t.Fatalf("root URL %s: %v", redact.URL(rootURL), err)
 	}
 	q := u.Query()
 	p := strings.Trim(q.Get("prefix"), "/")
@@ -105,7 +106,7 @@ func OpenUnder(t testing.TB, rootURL string, opts *storage.Options) *storage.Sto
 	u.RawQuery = q.Encode()
 	s, err := storage.Open(context.Background(), u.String(), opts)
 	if err != nil {
-		t.Fatalf("open %s: %v", storage.Redact(u.String()), err)
+		t.Fatalf("open %s: %v", redact.URL(u.String()), err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
