@@ -8,6 +8,9 @@
 // model id, usage) or injects a fault: 429 with Retry-After, 500, 503, any
 // status, a dropped connection (before or in the middle of the body), a
 // malformed or truncated JSON body, or no choices; any reply may be delayed.
+// SetSlots bounds the calls processed at once, the rest waiting in a
+// queue, as vLLM's max_num_seqs does: with a fixed Delay the server then
+// has a fixed capacity of slots/delay calls per second.
 //
 // The server records every request (raw body, the body decoded as a map
 // with vendor extras included, the messages and tools decoded, headers),

@@ -137,6 +137,10 @@ type Server struct {
 	calls       int
 	inFlight    int
 	maxInFlight int
+	slots       chan struct{} // nil: unbounded
+	running     int
+	maxRunning  int
+	held        time.Duration
 }
 
 // NewServer starts a fake server on loopback that replies with h, and closes
@@ -177,6 +181,21 @@ func (s *Server) Record(on bool) {
 	s.mu.Unlock()
 }
 
+// SetSlots makes the server process at most n calls at once, as a vLLM
+// server with max_num_seqs=n does: a call waits for a free slot (it is
+// queued, not rejected), then its reply's Delay runs, then it frees the
+// slot and the reply is written. With Always(Reply{Delay: d}) the server
+// serves at most n/d calls per second. n <= 0 removes the bound. Calls
+// already waiting keep the slots they were queued on.
+func (s *Server) SetSlots(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slots = nil
+	if n > 0 {
+		s.slots = make(chan struct{}, n)
+	}
+}
+
 // Requests returns a copy of the requests recorded so far, in arrival order.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -192,11 +211,29 @@ func (s *Server) Calls() int {
 }
 
 // MaxInFlight is the most chat completion calls the server was handling at
-// once.
+// once, those waiting for a slot (see SetSlots) included.
 func (s *Server) MaxInFlight() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.maxInFlight
+}
+
+// Held is the time calls spent holding a slot so far, summed over the
+// calls (see SetSlots; without slots, the time spent on their Delay). A
+// call holds its slot for its Delay and for however late the server's
+// timer and its goroutine's wake-up are.
+func (s *Server) Held() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
+// MaxRunning is the most chat completion calls that held a slot at once
+// (see SetSlots); without slots, every call holds one while it is handled.
+func (s *Server) MaxRunning() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxRunning
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -225,6 +262,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.inFlight++
 	s.maxInFlight = max(s.maxInFlight, s.inFlight)
 	h := s.handler
+	slots := s.slots
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -237,21 +275,52 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep := h(req)
-	if rep.Delay > 0 {
-		t := time.NewTimer(rep.Delay)
+	if !s.process(r, slots, rep.Delay) {
+		return
+	}
+	s.reply(w, req, rep)
+}
+
+// process takes one of slots (nil: no bound), waits delay and frees the
+// slot. It returns false if the client went away meanwhile; it aborts the
+// handler if the server closes.
+func (s *Server) process(r *http.Request, slots chan struct{}, delay time.Duration) bool {
+	if slots != nil {
 		select {
-		case <-t.C:
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
 		case <-r.Context().Done():
-			t.Stop()
-			return
+			return false
 		case <-s.done:
-			t.Stop()
-			// Returning would let net/http send an empty 200 before Close
-			// drops the connection; aborting sends nothing.
 			panic(http.ErrAbortHandler)
 		}
 	}
-	s.reply(w, req, rep)
+	s.mu.Lock()
+	s.running++
+	s.maxRunning = max(s.maxRunning, s.running)
+	s.mu.Unlock()
+	start := time.Now()
+	defer func() {
+		s.mu.Lock()
+		s.running--
+		s.held += time.Since(start)
+		s.mu.Unlock()
+	}()
+	if delay <= 0 {
+		return true
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	case <-s.done:
+		// Returning would let net/http send an empty 200 before Close
+		// drops the connection; aborting sends nothing.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (s *Server) reply(w http.ResponseWriter, req *Request, rep Reply) {

@@ -160,6 +160,44 @@ func TestDelayAndMaxInFlight(t *testing.T) {
 	}
 }
 
+// TestSlotsBoundAndQueue: 3×4 calls on 4 slots of 50 ms are all answered
+// (queued, not rejected), never more than 4 at once, and in at least three
+// rounds of the latency.
+func TestSlotsBoundAndQueue(t *testing.T) {
+	const slots, rounds, latency = 4, 3, 50 * time.Millisecond
+	s := modeltest.NewServer(t, modeltest.Always(modeltest.Reply{Content: "x", Delay: latency}))
+	s.SetSlots(slots)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range slots * rounds {
+		wg.Go(func() {
+			res, _, err := post(t, s, body)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.StatusCode != 200 {
+				t.Errorf("status %d", res.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if s.MaxRunning() > slots {
+		t.Fatalf("%d calls ran at once on %d slots", s.MaxRunning(), slots)
+	}
+	if el < rounds*latency {
+		t.Fatalf("%d calls on %d slots of %v took %v, under %v", slots*rounds, slots, latency, el, rounds*latency)
+	}
+	if s.Calls() != slots*rounds {
+		t.Fatalf("%d calls, want %d", s.Calls(), slots*rounds)
+	}
+	if s.Held() < slots*rounds*latency {
+		t.Fatalf("slots held %v in all, under %v", s.Held(), slots*rounds*latency)
+	}
+	t.Logf("%d calls on %d slots of %v: %v; at most %d in flight, %d running", slots*rounds, slots, latency, el, s.MaxInFlight(), s.MaxRunning())
+}
+
 func TestRejectsNonChatBodies(t *testing.T) {
 	s := modeltest.NewServer(t, modeltest.Always(modeltest.Reply{Content: "x"}))
 	for _, b := range []string{`not json`, `{"model":"m"}`, `{"messages":[{"role":"user","content":5}]}`} {

@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/whalerun/whale/episode"
+	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/models/modeltest"
 	"github.com/whalerun/whale/stages"
 	"github.com/whalerun/whale/stages/internal/stagetest"
+	"github.com/whalerun/whale/storage"
 )
 
 // BenchmarkRolloutStage measures episodes per second through the whole
@@ -96,6 +100,246 @@ func BenchmarkRolloutStage(b *testing.B) {
 			b.ReportMetric(rate, "episodes/s")
 		})
 	}
+}
+
+// BenchmarkEndpointUtilisation measures how much of its endpoints' capacity
+// the whole rollout stage uses (tasks read, harness, model calls through
+// the real models.Client, Parquet rows, commit, on mem://). Each of 4 fake
+// servers has 64 slots (modeltest's SetSlots, as vLLM's max_num_seqs=64)
+// and answers a call 50 ms or 200 ms after the call gets a slot, so they
+// serve at most capacity_calls/s = 4 × 64 / latency. The client has the 4
+// endpoints and Concurrency 64 per endpoint; the stage keeps twice as many
+// episodes in flight as there are slots, so that a call is always waiting
+// for each slot that frees. "1_call" episodes answer at once, "3_calls"
+// ones reply twice without an answer (two format retries of the fake
+// domain's h0, whose MAX_TURNS is 3) and answer on the third call.
+//
+// calls/s is a run's calls over the time from the first model call's start
+// to the last one's return, as the client sees them: the window in which
+// the endpoints could be kept busy. It leaves out reading the tasks,
+// loading the harness and the commit, which do not grow with the calls
+// (stage_utilisation is over the whole stages.Execute instead). A short
+// stage run first opens the client's connections, which a long-lived
+// client dials once. A run is 96 latencies' worth of calls (24,576: ~5 s
+// at 50 ms, ~20 s at 200 ms), so that the first wave's start and the last
+// one's end, a fixed ~0.4 latency, cost under 0.5%. utilisation =
+// calls/s ÷ capacity_calls/s.
+//
+// Alternating with the stage, a bare HTTP loop (modeltest.Bare, 64 calls
+// in flight per endpoint, like the client) makes as many calls to the
+// same servers: bare_utilisation is what the machine and the fake servers
+// allow (their timers and wake-ups are late on a loaded machine, and each
+// slot waits a round trip for its next call), ratio is utilisation over
+// it. slot_hold_ms is how long a call of the stage runs held its slot:
+// the latency plus the fake server's own lateness, which no client can
+// make up for. cpu_us/call is the process's CPU time (stage, client and
+// fake servers) per call during the stage runs. ns/op times a stage run
+// and a bare run together; -benchtime 1x takes ~100 s on 2 cores.
+func BenchmarkEndpointUtilisation(b *testing.B) {
+	const endpoints, slots, g, waves = 4, 64, 8, 96
+	const calls = waves * endpoints * slots
+	for _, latency := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond} {
+		for _, turns := range []int{1, 3} {
+			name := fmt.Sprintf("%v/%d_call", latency, turns)
+			if turns > 1 {
+				name += "s"
+			}
+			b.Run(name, func(b *testing.B) {
+				benchUtilisation(b, endpoints, slots, latency, turns, calls/turns/g, g)
+			})
+		}
+	}
+}
+
+// benchUtilisation plays n tasks × g samples of turns calls each per run.
+func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration, turns, n, g int) {
+	ctx := context.Background()
+	s := openStore(b, "mem://")
+	stagetest.ImportTasks(b, s, "train", tasks(n), 4096)
+	handler := func(req *modeltest.Request) modeltest.Reply {
+		assistants := 0
+		for _, m := range req.Messages {
+			if m.Role == "assistant" {
+				assistants++
+			}
+		}
+		rep := modeltest.Reply{Content: "let me think", PromptTokens: 10, CompletionTokens: 2}
+		if assistants >= turns-1 {
+			rep = stagetest.Policy(req) // mode=all: the right answer
+		}
+		rep.Delay = latency
+		return rep
+	}
+	srvs := make([]*modeltest.Server, endpoints)
+	urls := make([]string, endpoints)
+	bares := make([]*modeltest.Bare, endpoints)
+	for i := range srvs {
+		srvs[i] = modeltest.NewServer(b, handler)
+		srvs[i].SetSlots(slots)
+		srvs[i].Record(false)
+		urls[i] = srvs[i].URL
+		bares[i] = modeltest.NewBare(srvs[i], slots)
+	}
+	client, err := models.New(models.Config{Endpoints: urls, Model: model, Concurrency: slots,
+		Retry: models.RetryPolicy{Attempts: 1}, Timeout: time.Minute, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := &spanChatter{Client: client}
+	inFlight := 2 * endpoints * slots
+	st := &Stage{Domain: stagetest.FakeDomain{}, Model: m, Concurrency: inFlight, Log: quiet}
+	cfg := Config{Domain: "fake", Harness: "h0", ModelName: model, Samples: g}
+	served := func() (n int) {
+		for _, srv := range srvs {
+			n += srv.Calls()
+		}
+		return n
+	}
+	held := func() (d time.Duration) {
+		for _, srv := range srvs {
+			d += srv.Held()
+		}
+		return d
+	}
+	runs := 0
+	run := func(cfg Config, episodes int) time.Duration {
+		runs++
+		before := served()
+		start := time.Now()
+		res, err := stages.Execute(ctx, s, spec(fmt.Sprintf("r%03d-w01", runs), cfg, 1, 1, 0), st)
+		el := time.Since(start)
+		if err != nil || !res.Committed {
+			b.Fatal(res, err)
+		}
+		checkUtilisationRun(b, res.Manifest, episodes, turns, served()-before)
+		return el
+	}
+	// The bare loop's body is a first call of an episode: its reply
+	// costs the server what the stage's calls cost it.
+	body := [][]byte{[]byte(`{"model":"` + model + `","messages":[{"role":"system","content":"mode=all"},{"role":"user","content":"q1"}]}`)}
+	runBare := func(calls int) time.Duration {
+		var wg sync.WaitGroup
+		took := make([]time.Duration, endpoints)
+		for i, bare := range bares {
+			wg.Go(func() {
+				d, err := bare.Run(ctx, body, calls/endpoints)
+				if err != nil {
+					b.Error(err)
+				}
+				took[i] = d
+			})
+		}
+		wg.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+		return slices.Max(took)
+	}
+	warm := cfg
+	warm.Limit = inFlight / g
+	run(warm, inFlight)
+	runBare(2 * endpoints * slots)
+
+	calls := n * g * turns
+	var window, stageTime, bareTime, hold time.Duration
+	var cpu float64
+	measured := 0
+	for ; b.Loop(); measured++ {
+		// Alternate which goes first, so that load from elsewhere on the
+		// machine hits both alike.
+		if measured%2 == 1 {
+			bareTime += runBare(calls)
+		}
+		m.reset()
+		c0, h0 := cpuSeconds(), held()
+		stageTime += run(cfg, n*g)
+		cpu += cpuSeconds() - c0
+		hold += held() - h0
+		window += m.span()
+		if measured%2 == 0 {
+			bareTime += runBare(calls)
+		}
+	}
+	for i, srv := range srvs {
+		if srv.MaxRunning() > slots {
+			b.Fatalf("endpoint %d ran %d calls at once on %d slots", i, srv.MaxRunning(), slots)
+		}
+	}
+	total := float64(measured * calls)
+	capacity := float64(endpoints*slots) / latency.Seconds()
+	rate := total / window.Seconds()
+	bareUtil := total / bareTime.Seconds() / capacity
+	b.ReportMetric(rate, "calls/s")
+	b.ReportMetric(capacity, "capacity_calls/s")
+	b.ReportMetric(rate/capacity, "utilisation")
+	b.ReportMetric(total/stageTime.Seconds()/capacity, "stage_utilisation")
+	b.ReportMetric(bareUtil, "bare_utilisation")
+	b.ReportMetric(rate/capacity/bareUtil, "ratio")
+	b.ReportMetric(hold.Seconds()*1e3/total, "slot_hold_ms")
+	b.ReportMetric(cpu*1e6/total, "cpu_us/call")
+}
+
+// checkUtilisationRun fails unless every episode of a run made its calls
+// and answered right.
+func checkUtilisationRun(b *testing.B, m *storage.Manifest, episodes, turns, calls int) {
+	b.Helper()
+	if calls != episodes*turns {
+		b.Fatalf("%d calls for %d episodes of %d calls", calls, episodes, turns)
+	}
+	sum := m.Summary
+	if storage.SummaryNumber(sum, "episodes") != float64(episodes) || storage.SummaryNumber(sum, "failed") != 0 ||
+		storage.SummaryNumber(sum, "correct") != float64(episodes) || storage.SummaryNumber(sum, "mean_turns") != float64(turns) {
+		b.Fatalf("summary %v, want %d correct episodes of %d turns", sum, episodes, turns)
+	}
+}
+
+// spanChatter is a model client that times the span from the first call's
+// start to the last call's return.
+type spanChatter struct {
+	*models.Client
+	mu          sync.Mutex
+	first, last time.Time
+}
+
+func (c *spanChatter) Chat(ctx context.Context, req models.Request) (*models.Response, error) {
+	t0 := time.Now()
+	res, err := c.Client.Chat(ctx, req)
+	t1 := time.Now()
+	c.mu.Lock()
+	if c.first.IsZero() || t0.Before(c.first) {
+		c.first = t0
+	}
+	c.last = later(c.last, t1)
+	c.mu.Unlock()
+	return res, err
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (c *spanChatter) reset() {
+	c.mu.Lock()
+	c.first, c.last = time.Time{}, time.Time{}
+	c.mu.Unlock()
+}
+
+func (c *spanChatter) span() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last.Sub(c.first)
+}
+
+// cpuSeconds is the process's user and system CPU time.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // TestRolloutMemoryFlat plays 100k episodes (a fake in-process model and
