@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -82,18 +81,7 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 	var res registry.Resources
 	if r := exp.Tools.Retriever; r != "" {
 		if name, ok := strings.CutPrefix(r, spec.RetrieverIndexPrefix); ok {
-			cache := o.CacheDir
-			if cache == "" {
-				if cache, err = os.UserCacheDir(); err != nil {
-					cache = os.TempDir()
-				}
-				cache = filepath.Join(cache, "whale", "indexes")
-			}
-			dir, _, err := searchqa.DownloadIndex(ctx, s, "indexes/"+name, cache)
-			if err != nil {
-				return nil, fmt.Errorf("tools.retriever %s: %w", r, err)
-			}
-			idx, err := searchqa.OpenIndex(dir)
+			idx, err := searchqa.OpenStored(ctx, s, name, o.CacheDir)
 			if err != nil {
 				return nil, fmt.Errorf("tools.retriever %s: %w", r, err)
 			}

@@ -37,6 +37,8 @@
 //     it uses (names.go), digests and canonical JSON (canonical.go), a
 //     stage's identity (identity.go), manifests (manifest.go), listing
 //     (list.go), and verify and garbage (verify.go);
-//   - datasets (dataset.go): datasets/<name>/ with the same manifest;
+//   - datasets (dataset.go): datasets/<name>/ with the same manifest, one
+//     Collection of named folders; search indexes (indexes/<name>/, owned
+//     by domains/searchqa) are another;
 //   - leases (lease.go): runs/<run>/lease/ as append-only generations.
 package storage

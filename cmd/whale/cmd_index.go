@@ -14,11 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/domains/searchqa"
-	"github.com/whalerun/whale/storage"
 )
-
-// indexKey is where a named retrieval index lives in the bucket.
-func indexKey(name string) string { return "indexes/" + name }
 
 type indexBuildOptions struct {
 	Root   string
@@ -49,8 +45,9 @@ func indexCommand() *cli.Command {
 (the Search-R1 / DPR wiki layout); .jsonl, .jsonl.gz, .jsonl.zst and
 .parquet are read as a stream. The index (bleve, BM25, English analyzer) is
 built in a local temporary folder, packed into one archive and committed
-under indexes/<name> with a manifest written last. Building the same corpus
-again is a no-op; another corpus under a taken name is refused.`,
+under indexes/<name> as a dataset is, its _MANIFEST.json written last.
+Building the same corpus again is a no-op; another corpus under a taken
+name is refused.`,
 				Flags: []cli.Flag{
 					rootFlag(),
 					&cli.StringFlag{Name: "name", Usage: "index `NAME`; default: the corpus file's name without extensions"},
@@ -93,7 +90,7 @@ func runIndexBuild(ctx context.Context, o indexBuildOptions, out io.Writer) erro
 	if o.Name == "" {
 		o.Name = datasetStem(o.Corpus)
 	}
-	if err := storage.CheckDataset(o.Name); err != nil {
+	if err := searchqa.Indexes.Check(o.Name); err != nil {
 		return usageError{fmt.Errorf("--name: %w", err)}
 	}
 	store, err := openRoot(ctx, o.Root)
@@ -111,7 +108,7 @@ func runIndexBuild(ctx context.Context, o indexBuildOptions, out io.Writer) erro
 	if err != nil {
 		return usageError{fmt.Errorf("index %s: %w (nothing was stored)", o.Corpus, err)}
 	}
-	m, err := searchqa.UploadIndex(ctx, store, indexKey(o.Name), dir)
+	si, err := searchqa.UploadIndex(ctx, store, o.Name, dir)
 	if errors.Is(err, searchqa.ErrIndexDiffers) {
 		return conflictError{err}
 	}
@@ -119,35 +116,16 @@ func runIndexBuild(ctx context.Context, o indexBuildOptions, out io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(out, "indexed %d passages from %s in %s (%d repeated ids replaced); stored %s/%s (%s, corpus %s)\n",
-		stats.Docs, o.Corpus, stats.Elapsed.Round(time.Millisecond), stats.Duplicates, store.URL(), indexKey(o.Name),
-		humanBytes(m.ArchiveSize), m.CorpusDigest)
+		stats.Docs, o.Corpus, stats.Elapsed.Round(time.Millisecond), stats.Duplicates, store.URL(), searchqa.Indexes.Dir(o.Name),
+		humanBytes(si.Archive.Size), si.CorpusDigest)
 	return nil
 }
 
 func runIndexServe(ctx context.Context, o indexServeOptions, out io.Writer) error {
-	if err := storage.CheckDataset(o.Name); err != nil {
+	if err := searchqa.Indexes.Check(o.Name); err != nil {
 		return usageError{fmt.Errorf("--name: %w", err)}
 	}
-	store, err := openRoot(ctx, o.Root)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	cache := o.CacheDir
-	if cache == "" {
-		if cache, err = os.UserCacheDir(); err != nil {
-			cache = os.TempDir()
-		}
-		cache = filepath.Join(cache, "whale", "indexes")
-	}
-	dir, m, err := searchqa.DownloadIndex(ctx, store, indexKey(o.Name), cache)
-	if errors.Is(err, storage.ErrNotFound) {
-		return usagef("no index %q in %s (build it with whale index build)", o.Name, store.URL())
-	}
-	if err != nil {
-		return err
-	}
-	ix, err := searchqa.OpenIndex(dir)
+	ix, err := openStoredIndex(ctx, o.Root, o.Name, o.CacheDir)
 	if err != nil {
 		return err
 	}
@@ -157,7 +135,7 @@ func runIndexServe(ctx context.Context, o indexServeOptions, out io.Writer) erro
 		return usageError{fmt.Errorf("--addr: %w", err)}
 	}
 	srv := &http.Server{Handler: searchqa.NewServer(ix), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(out, "serving index %s (%d passages) on http://%s/retrieve\n", o.Name, m.Docs, ln.Addr())
+	fmt.Fprintf(out, "serving index %s (%d passages) on http://%s/retrieve\n", o.Name, ix.Info().Docs, ln.Addr())
 	if o.ready != nil {
 		o.ready(ln.Addr().String())
 	}
@@ -172,4 +150,19 @@ func runIndexServe(ctx context.Context, o indexServeOptions, out io.Writer) erro
 		defer cancel()
 		return srv.Shutdown(sctx)
 	}
+}
+
+// openStoredIndex opens index name of the bucket at root (whale index
+// serve, whale harness run --index).
+func openStoredIndex(ctx context.Context, root, name, cacheDir string) (*searchqa.Index, error) {
+	store, err := openRoot(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	ix, err := searchqa.OpenStored(ctx, store, name, cacheDir)
+	if errors.Is(err, searchqa.ErrNoIndex) {
+		return nil, usagef("no index %q in %s (build it with whale index build)", name, store.URL())
+	}
+	return ix, err
 }

@@ -391,33 +391,10 @@ func (o harnessRunOptions) resources(ctx context.Context, h *harness.Harness) (r
 }
 
 func openBucketIndex(ctx context.Context, o harnessRunOptions) (*searchqa.Index, error) {
-	key := o.Index
-	if !strings.Contains(key, "/") {
-		if err := storage.CheckDataset(key); err != nil {
-			return nil, usageError{fmt.Errorf("--index: %w", err)}
-		}
-		key = indexKey(key)
+	if err := searchqa.Indexes.Check(o.Index); err != nil {
+		return nil, usageError{fmt.Errorf("--index: %w", err)}
 	}
-	store, err := openRoot(ctx, o.Root)
-	if err != nil {
-		return nil, err
-	}
-	defer store.Close()
-	cache := o.CacheDir
-	if cache == "" {
-		if cache, err = os.UserCacheDir(); err != nil {
-			cache = os.TempDir()
-		}
-		cache = filepath.Join(cache, "whale", "indexes")
-	}
-	dir, _, err := searchqa.DownloadIndex(ctx, store, key, cache)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil, usagef("no index at %s in %s (build it with whale index build)", key, store.URL())
-	}
-	if err != nil {
-		return nil, err
-	}
-	return searchqa.OpenIndex(dir)
+	return openStoredIndex(ctx, o.Root, o.Index, o.CacheDir)
 }
 
 // printEpisode writes the episode for people: the messages in order, each

@@ -13,137 +13,182 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/whalerun/whale/internal/buildinfo"
 	"github.com/whalerun/whale/internal/retry"
 	"github.com/whalerun/whale/storage"
 )
 
-// An index in a bucket is a folder under key holding one tar+zstd archive
-// of the index directory, named by its digest, and _INDEX.json, written
-// last with a create-only write: the folder counts only once that manifest
-// exists, and two uploaders never overwrite each other's archive.
-const indexManifestName = "_INDEX.json"
+// Indexes is where stored search indexes live. indexes/<name>/ is a folder
+// committed by storage's protocol, as a dataset is: one tar+zstd archive of
+// the index directory (table "index") and _MANIFEST.json, written last with
+// a create-only write. The manifest's config is what the index is a function
+// of (indexConfig: format, corpus digest, ...), so storing the same corpus
+// again is a no-op and another corpus under a taken name is refused; its
+// summary says what the archive unpacks to.
+var Indexes = storage.Collection{Prefix: "indexes/", Stage: "index", Noun: "index"}
 
-// IndexManifest is the commit record of an uploaded index.
-type IndexManifest struct {
-	IndexInfo
-	Archive       string `json:"archive"` // object name within the index folder
-	ArchiveSize   int64  `json:"archive_size"`
-	ArchiveDigest string `json:"archive_digest"` // "sha256:<hex>" of the archive bytes
-	Files         int    `json:"files"`
-	UnpackedBytes int64  `json:"unpacked_bytes"`
+// archiveTable is the table of the one archive in a stored index.
+const archiveTable = "index"
+
+// legacyManifest committed indexes before they were stored like datasets.
+const legacyManifest = "_INDEX.json"
+
+// indexConfig is a stored index's identity: its manifest's config.
+type indexConfig struct {
+	Format        string `json:"format"`
+	FormatVersion int    `json:"format_version"`
+	CorpusDigest  string `json:"corpus_digest"`
+	Docs          int64  `json:"docs"`
+	Analyzer      string `json:"analyzer"`
+	Scoring       string `json:"scoring"`
 }
 
-// ReadIndexManifest reads the manifest of the index uploaded under key.
-// When there is none the error wraps storage.ErrNotFound.
-func ReadIndexManifest(ctx context.Context, store *storage.Store, key string) (*IndexManifest, error) {
-	mkey := storage.Join(key, indexManifestName)
-	b, err := store.ReadAll(ctx, mkey)
+// Summary keys of a stored index's manifest.
+const (
+	sumFiles   = "files"
+	sumBytes   = "unpacked_bytes"
+	sumCreated = "created"
+)
+
+// StoredIndex is a committed index as its manifest describes it.
+type StoredIndex struct {
+	Name string
+	IndexInfo
+	Archive       storage.FileEntry // the archive: name, size, sha256
+	Files         int               // files it unpacks to
+	UnpackedBytes int64
+	Manifest      *storage.Manifest
+}
+
+// ErrNoIndex is matched, with storage.ErrNotFound, by the error
+// ReadStoredIndex, DownloadIndex and OpenStored return when no index of
+// that name is committed.
+var ErrNoIndex = errors.New("no search index")
+
+// ErrIndexDiffers is matched by the error UploadIndex returns when the name
+// holds an index of another corpus.
+var ErrIndexDiffers = errors.New("name holds an index of another corpus")
+
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// ReadStoredIndex reads and checks the manifest of the index committed as
+// name.
+func ReadStoredIndex(ctx context.Context, store *storage.Store, name string) (*StoredIndex, error) {
+	m, err := Indexes.Read(ctx, store, name)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, fmt.Errorf("no search index at %s key %s (build one with whale index build): %w", store.URL(), key, err)
+		if ok, _ := store.Exists(ctx, Indexes.Dir(name)+"/"+legacyManifest); ok {
+			return nil, fmt.Errorf("index %s in %s was stored by an older whale; rebuild it with whale index build", name, store.URL())
+		}
+		return nil, fmt.Errorf("%w %s in %s (build one with whale index build): %w", ErrNoIndex, name, store.URL(), err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read index manifest: %w", err)
+		return nil, err
 	}
-	var m IndexManifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("read index manifest %s: %w", mkey, err)
+	return storedIndex(name, m)
+}
+
+func storedIndex(name string, m *storage.Manifest) (*StoredIndex, error) {
+	var cfg indexConfig
+	if err := json.Unmarshal(m.Config, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: config: %w", m.Key, err)
 	}
-	if err := checkInfo(m.IndexInfo); err != nil {
-		return nil, fmt.Errorf("index manifest %s: %w", mkey, err)
+	created, _ := time.Parse(time.RFC3339, fmt.Sprint(m.Summary[sumCreated]))
+	si := &StoredIndex{Name: name, Manifest: m, Files: int(storage.SummaryNumber(m.Summary, sumFiles)),
+		UnpackedBytes: int64(storage.SummaryNumber(m.Summary, sumBytes)),
+		IndexInfo: IndexInfo{Format: cfg.Format, FormatVersion: cfg.FormatVersion, Docs: cfg.Docs, CorpusDigest: cfg.CorpusDigest,
+			Analyzer: cfg.Analyzer, Scoring: cfg.Scoring, Created: created}}
+	if err := checkInfo(si.IndexInfo); err != nil {
+		return nil, fmt.Errorf("index %s (%s): %w", name, m.Key, err)
 	}
-	if m.Archive == "" || strings.Contains(m.Archive, "/") || m.ArchiveDigest == "" {
-		return nil, fmt.Errorf("index manifest %s: archive name %q or digest %q is not valid", mkey, m.Archive, m.ArchiveDigest)
+	if !digestRE.MatchString(si.CorpusDigest) {
+		return nil, fmt.Errorf("%s: corpus digest %q, want sha256:<64 hex digits>", m.Key, si.CorpusDigest)
 	}
-	return &m, nil
+	if files := m.Table(archiveTable); len(files) != 1 || len(m.Files) != 1 {
+		return nil, fmt.Errorf("%s: %d files, %d of table %s; want one archive", m.Key, len(m.Files), len(files), archiveTable)
+	}
+	si.Archive = m.Files[0]
+	return si, nil
 }
 
 // UploadIndex packs the index directory dir (built by BuildIndex and not
-// open for writing) and stores it under key. Uploading an index of the same
-// corpus to a key that already has one is a no-op that returns the
-// manifest already there; an index of another corpus is an error.
-func UploadIndex(ctx context.Context, store *storage.Store, key, dir string) (*IndexManifest, error) {
+// open for writing) and commits it as name. Uploading an index of the same
+// corpus to a name that has one already is a no-op that returns the index
+// there; an index of another corpus is an ErrIndexDiffers error.
+func UploadIndex(ctx context.Context, store *storage.Store, name, dir string) (*StoredIndex, error) {
 	info, err := ReadIndexInfo(dir)
 	if err != nil {
 		return nil, fmt.Errorf("upload index: %w", err)
 	}
-	if old, err := ReadIndexManifest(ctx, store, key); err == nil {
-		return sameIndex(store, key, old, info)
-	} else if !errors.Is(err, storage.ErrNotFound) {
-		return nil, fmt.Errorf("upload index: %w", err)
-	}
-
-	tmp, err := os.CreateTemp(filepath.Dir(filepath.Clean(dir)), "."+filepath.Base(dir)+".upload-*.tar.zst")
+	cfg := configOf(info)
+	w, prev, err := Indexes.NewWriter(ctx, store, name, cfg, buildinfo.Version())
 	if err != nil {
-		return nil, fmt.Errorf("upload index %s: %w", dir, err)
+		return nil, indexDiffers(ctx, store, name, prev, cfg, err)
 	}
+	if prev != nil {
+		return storedIndex(name, prev)
+	}
+	committed := false
 	defer func() {
-		tmp.Close()
-		os.Remove(tmp.Name())
+		if !committed {
+			w.Abort()
+		}
 	}()
-	m := &IndexManifest{IndexInfo: info}
-	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(tmp, h)}
-	if m.Files, m.UnpackedBytes, err = packDir(ctx, cw, dir); err != nil {
-		return nil, fmt.Errorf("upload index %s: pack: %w", dir, err)
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	m.ArchiveDigest = "sha256:" + sum
-	m.ArchiveSize = cw.n
-	m.Archive = "index-" + sum[:16] + ".tar.zst"
-	akey := storage.Join(key, m.Archive)
-	if err := store.Put(ctx, akey, tmp); err != nil {
+	files, unpacked, err := uploadArchive(ctx, w, dir, info.Docs)
+	if err != nil {
 		return nil, fmt.Errorf("upload index %s: %w", dir, err)
 	}
-	b, err := json.MarshalIndent(m, "", "  ")
+	m, err := w.Commit(ctx, map[string]any{sumFiles: files, sumBytes: unpacked, sumCreated: info.Created.Format(time.RFC3339)})
 	if err != nil {
-		return nil, err
+		return nil, indexDiffers(ctx, store, name, nil, cfg, err)
 	}
-	err = store.CreateExclusive(ctx, storage.Join(key, indexManifestName), append(b, '\n'))
-	if errors.Is(err, storage.ErrExists) {
-		// Another uploader committed first; keep theirs and drop our
-		// archive unless it is the very one their manifest names.
-		old, rerr := ReadIndexManifest(ctx, store, key)
-		if rerr != nil {
-			return nil, fmt.Errorf("upload index %s: %w", dir, rerr)
-		}
-		if old.Archive != m.Archive {
-			_ = store.Delete(ctx, akey)
-		}
-		return sameIndex(store, key, old, info)
-	}
+	committed = true
+	return storedIndex(name, m)
+}
+
+func configOf(info IndexInfo) indexConfig {
+	return indexConfig{Format: info.Format, FormatVersion: info.FormatVersion, CorpusDigest: info.CorpusDigest,
+		Docs: info.Docs, Analyzer: info.Analyzer, Scoring: info.Scoring}
+}
+
+// uploadArchive packs dir into the writer's one archive and uploads it.
+func uploadArchive(ctx context.Context, w *storage.DatasetWriter, dir string, docs int64) (files int, unpacked int64, err error) {
+	pw, err := w.Create(ctx, archiveTable, "tzst")
 	if err != nil {
-		return nil, fmt.Errorf("upload index %s: commit: %w", dir, err)
+		return 0, 0, err
 	}
-	return m, nil
-}
-
-// ErrIndexDiffers is matched by the error UploadIndex returns when the key
-// holds an index of another corpus.
-var ErrIndexDiffers = errors.New("key holds an index of another corpus")
-
-func sameIndex(store *storage.Store, key string, old *IndexManifest, info IndexInfo) (*IndexManifest, error) {
-	if old.CorpusDigest == info.CorpusDigest {
-		return old, nil
+	if files, unpacked, err = packDir(ctx, pw, dir); err != nil {
+		return 0, 0, fmt.Errorf("pack: %w", err)
 	}
-	return nil, fmt.Errorf("upload index: %w: %s key %s already holds an index of corpus %s (%d docs), not %s (%d docs); choose another key",
-		ErrIndexDiffers, store.URL(), key, old.CorpusDigest, old.Docs, info.CorpusDigest, info.Docs)
+	_, err = pw.Finish(docs)
+	return files, unpacked, err
 }
 
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+// indexDiffers says which corpus holds the name when err is storage's
+// ErrDatasetDiffers, and returns err otherwise.
+func indexDiffers(ctx context.Context, store *storage.Store, name string, prev *storage.Manifest, cfg indexConfig, err error) error {
+	if !errors.Is(err, storage.ErrDatasetDiffers) {
+		return fmt.Errorf("upload index: %w", err)
+	}
+	if prev == nil {
+		if prev, _ = Indexes.Read(context.WithoutCancel(ctx), store, name); prev == nil {
+			return fmt.Errorf("upload index: %w: %w", ErrIndexDiffers, err)
+		}
+	}
+	var old indexConfig
+	_ = json.Unmarshal(prev.Config, &old)
+	if old.CorpusDigest == cfg.CorpusDigest {
+		return fmt.Errorf("upload index: %w: %s %s holds an index of this corpus in format %s v%d, not %s v%d; choose another key, or delete it first",
+			ErrIndexDiffers, store.URL(), Indexes.Dir(name), old.Format, old.FormatVersion, cfg.Format, cfg.FormatVersion)
+	}
+	return fmt.Errorf("upload index: %w: %s %s already holds an index of corpus %s (%d docs), not %s (%d docs); choose another key",
+		ErrIndexDiffers, store.URL(), Indexes.Dir(name), old.CorpusDigest, old.Docs, cfg.CorpusDigest, cfg.Docs)
 }
 
 // packDir writes dir as a tar+zstd stream. Entries are sorted and carry no
@@ -217,25 +262,46 @@ func packDir(ctx context.Context, w io.Writer, dir string) (files int, bytes int
 	return files, bytes, zw.Close()
 }
 
-// DownloadIndex makes the index uploaded under key available in a local
+// DefaultCacheDir is where downloaded indexes are kept when no cache
+// directory is given: whale/indexes under the user cache directory.
+func DefaultCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "whale", "indexes")
+}
+
+// OpenStored opens the index committed as name, downloading it into
+// cacheDir first unless the cache holds it already (DownloadIndex). An
+// empty cacheDir means DefaultCacheDir. When no index of that name is
+// committed the error matches ErrNoIndex and storage.ErrNotFound.
+func OpenStored(ctx context.Context, store *storage.Store, name, cacheDir string) (*Index, error) {
+	if cacheDir == "" {
+		cacheDir = DefaultCacheDir()
+	}
+	dir, _, err := DownloadIndex(ctx, store, name, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	return OpenIndex(dir)
+}
+
+// DownloadIndex makes the index committed as name available in a local
 // directory under cacheDir and returns that directory (open it with
-// OpenIndex) and the manifest. The directory is named by the corpus digest
-// and format version, so a later call, by this or another process, reuses
-// it without a download. The archive is checked against the manifest's
-// digest and extracted into a temporary directory that is renamed into
-// place, so the cache never holds half an index.
-func DownloadIndex(ctx context.Context, store *storage.Store, key, cacheDir string) (string, *IndexManifest, error) {
-	m, err := ReadIndexManifest(ctx, store, key)
+// OpenIndex) and the index's manifest. The directory is named by the corpus
+// digest and format version, so a later call, by this or another process,
+// reuses it without a download. The archive is checked against the size
+// and sha256 its manifest records and extracted into a temporary directory
+// that is renamed into place, so the cache never holds half an index.
+func DownloadIndex(ctx context.Context, store *storage.Store, name, cacheDir string) (string, *StoredIndex, error) {
+	si, err := ReadStoredIndex(ctx, store, name)
 	if err != nil {
 		return "", nil, fmt.Errorf("download index: %w", err)
 	}
-	hexDigest := strings.TrimPrefix(m.CorpusDigest, "sha256:")
-	if hexDigest == m.CorpusDigest || len(hexDigest) != 64 {
-		return "", nil, fmt.Errorf("download index: manifest under %s has corpus digest %q, want sha256:<64 hex digits>", key, m.CorpusDigest)
-	}
-	final := filepath.Join(cacheDir, fmt.Sprintf("%s-v%d-%s", IndexFormat, m.FormatVersion, hexDigest))
-	if ok, err := cached(final, m); ok || err != nil {
-		return final, m, err
+	final := filepath.Join(cacheDir, fmt.Sprintf("%s-v%d-%s", IndexFormat, si.FormatVersion, strings.TrimPrefix(si.CorpusDigest, "sha256:")))
+	if ok, err := cached(final, si); ok || err != nil {
+		return final, si, err
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return "", nil, fmt.Errorf("download index: %w", err)
@@ -243,23 +309,23 @@ func DownloadIndex(ctx context.Context, store *storage.Store, key, cacheDir stri
 	// The store retries opening the archive; a transfer that breaks off
 	// mid-stream it returns to us, and only that is tried again.
 	err = retry.Do(ctx, downloadRetry, func(ctx context.Context) error {
-		err := fetchInto(ctx, store, key, m, cacheDir, final)
+		err := fetchInto(ctx, store, si, cacheDir, final)
 		if !storage.Transient(err) {
 			return retry.Permanent(err)
 		}
 		return err
 	})
 	if err != nil {
-		return "", nil, fmt.Errorf("download index %s key %s: %w", store.URL(), key, err)
+		return "", nil, fmt.Errorf("download index %s from %s: %w", name, store.URL(), err)
 	}
-	return final, m, nil
+	return final, si, nil
 }
 
 // downloadRetry restarts a download whose stream broke off.
 var downloadRetry = retry.Policy{Attempts: 3, Base: time.Second, Max: 10 * time.Second}
 
-// cached reports whether dir already holds the index m describes.
-func cached(dir string, m *IndexManifest) (bool, error) {
+// cached reports whether dir already holds the index si describes.
+func cached(dir string, si *StoredIndex) (bool, error) {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -267,19 +333,20 @@ func cached(dir string, m *IndexManifest) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("download index: cache entry %s is damaged (%v); remove it and retry", dir, err)
 	}
-	if info.CorpusDigest != m.CorpusDigest {
-		return false, fmt.Errorf("download index: cache entry %s holds corpus %s, not %s; remove it and retry", dir, info.CorpusDigest, m.CorpusDigest)
+	if info.CorpusDigest != si.CorpusDigest {
+		return false, fmt.Errorf("download index: cache entry %s holds corpus %s, not %s; remove it and retry", dir, info.CorpusDigest, si.CorpusDigest)
 	}
 	return true, nil
 }
 
-func fetchInto(ctx context.Context, store *storage.Store, key string, m *IndexManifest, cacheDir, final string) error {
+func fetchInto(ctx context.Context, store *storage.Store, si *StoredIndex, cacheDir, final string) error {
 	tmp, err := os.MkdirTemp(cacheDir, ".download-*")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	r, err := store.NewReader(ctx, storage.Join(key, m.Archive))
+	a := si.Archive
+	r, err := si.Manifest.NewFileReader(ctx, store, a)
 	if err != nil {
 		return retry.Permanent(err) // the store has retried it
 	}
@@ -287,25 +354,25 @@ func fetchInto(ctx context.Context, store *storage.Store, key string, m *IndexMa
 	h := sha256.New()
 	cr := &countReader{r: io.TeeReader(r, h)}
 	if err := unpack(ctx, cr, tmp); err != nil {
-		return fmt.Errorf("unpack %s: %w", m.Archive, err)
+		return fmt.Errorf("unpack %s: %w", a.Name, err)
 	}
 	// Read any padding after the tar trailer so the digest covers it all.
 	if _, err := io.Copy(io.Discard, cr); err != nil {
 		return err
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != m.ArchiveDigest || cr.n != m.ArchiveSize {
-		return fmt.Errorf("archive %s is %d bytes with digest %s; the manifest says %d bytes, %s", m.Archive, cr.n, got, m.ArchiveSize, m.ArchiveDigest)
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != a.SHA256 || cr.n != a.Size {
+		return fmt.Errorf("archive %s is %d bytes with digest %s; the manifest says %d bytes, %s", a.Name, cr.n, got, a.Size, a.SHA256)
 	}
 	info, err := ReadIndexInfo(tmp)
 	if err != nil {
 		return err
 	}
-	if info.CorpusDigest != m.CorpusDigest {
-		return fmt.Errorf("archive %s holds corpus %s; the manifest says %s", m.Archive, info.CorpusDigest, m.CorpusDigest)
+	if info.CorpusDigest != si.CorpusDigest {
+		return fmt.Errorf("archive %s holds corpus %s; the manifest says %s", a.Name, info.CorpusDigest, si.CorpusDigest)
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		// Another process may have put the same index there first.
-		if ok, cerr := cached(final, m); ok {
+		if ok, cerr := cached(final, si); ok {
 			return nil
 		} else if cerr != nil {
 			return cerr

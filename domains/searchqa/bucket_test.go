@@ -4,8 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -40,28 +43,28 @@ func TestUploadDownloadIndex(t *testing.T) {
 	store := openFileStore(t)
 	testIndex(t) // builds the shared index
 	src := filepath.Join(sharedDir, "idx")
-	const key = "indexes/wiki-test"
+	const name, key = "wiki-test", "indexes/wiki-test"
 
-	m, err := UploadIndex(ctx, store, key, src)
+	m, err := UploadIndex(ctx, store, name, src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Docs != 61 || m.Files < 3 || m.ArchiveSize == 0 || !strings.HasPrefix(m.Archive, "index-") {
+	if m.Docs != 61 || m.Files < 3 || m.Archive.Size == 0 || !strings.HasPrefix(m.Archive.Name, "index-") {
 		t.Errorf("manifest = %+v", m)
 	}
-	for _, k := range []string{key + "/" + indexManifestName, key + "/" + m.Archive} {
+	for _, k := range []string{key + "/" + storage.ManifestName, key + "/" + m.Archive.Name} {
 		if ok, err := store.Exists(ctx, k); !ok || err != nil {
 			t.Errorf("%s: exists %v, %v", k, ok, err)
 		}
 	}
 	// Uploading the same index again is a no-op returning the manifest.
-	again, err := UploadIndex(ctx, store, key, src)
+	again, err := UploadIndex(ctx, store, name, src)
 	if err != nil || !reflect.DeepEqual(again, m) {
 		t.Errorf("second upload: %+v, %v", again, err)
 	}
 
 	cache := filepath.Join(t.TempDir(), "cache")
-	dir, got, err := DownloadIndex(ctx, store, key, cache)
+	dir, got, err := DownloadIndex(ctx, store, name, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +82,10 @@ func TestUploadDownloadIndex(t *testing.T) {
 	}
 
 	// The second download reuses the cache: it works with the archive gone.
-	if err := store.Delete(ctx, key+"/"+m.Archive); err != nil {
+	if err := store.Delete(ctx, key+"/"+m.Archive.Name); err != nil {
 		t.Fatal(err)
 	}
-	dir2, _, err := DownloadIndex(ctx, store, key, cache)
+	dir2, _, err := DownloadIndex(ctx, store, name, cache)
 	if err != nil || dir2 != dir {
 		t.Errorf("cached download: %s, %v", dir2, err)
 	}
@@ -90,7 +93,7 @@ func TestUploadDownloadIndex(t *testing.T) {
 		t.Errorf("temporary directories left in the cache: %q", left)
 	}
 	// A fresh cache needs the archive.
-	if _, _, err := DownloadIndex(ctx, store, key, t.TempDir()); !errors.Is(err, storage.ErrNotFound) {
+	if _, _, err := DownloadIndex(ctx, store, name, t.TempDir()); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("download without archive: err = %v", err)
 	}
 }
@@ -123,7 +126,7 @@ func TestDownloadIndexRejectsDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	akey := "idx/" + m.Archive
+	akey := "indexes/idx/" + m.Archive.Name
 	good, err := store.ReadAll(ctx, akey)
 	if err != nil {
 		t.Fatal(err)
@@ -213,4 +216,139 @@ func TestUnpackRejectsUnsafeEntries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A crash after the archive is uploaded and before the manifest is written
+// leaves nothing visible: there is no index, and building again works.
+func TestStoredIndexCrashBeforeManifest(t *testing.T) {
+	ctx := context.Background()
+	store := openFileStore(t)
+	src := buildSmall(t, `{"id": "1", "contents": "A\nalpha"}`)
+	info, err := ReadIndexInfo(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What UploadIndex does up to its commit, then the process dies.
+	w, prev, err := Indexes.NewWriter(ctx, store, "crashed", configOf(info), "test")
+	if err != nil || prev != nil {
+		t.Fatalf("new writer: prev %v, err %v", prev, err)
+	}
+	if _, _, err := uploadArchive(ctx, w, src, info.Docs); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	if err := store.List(ctx, "indexes/crashed/", false, func(e storage.Entry) error { left = append(left, e.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 {
+		t.Fatalf("want the uploaded archive alone in the bucket, got %q", left)
+	}
+
+	cache := t.TempDir()
+	_, err = OpenStored(ctx, store, "crashed", cache)
+	if !errors.Is(err, ErrNoIndex) || !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "no search index crashed") {
+		t.Errorf("open before the commit: err = %v, want no index", err)
+	}
+	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
+		t.Errorf("the cache holds %d entries after a failed open", len(ents))
+	}
+
+	m, err := UploadIndex(ctx, store, "crashed", src)
+	if err != nil {
+		t.Fatalf("build after the crash: %v", err)
+	}
+	if m.Archive.Name == path.Base(left[0]) {
+		t.Errorf("the new commit names the crashed upload's archive %s", m.Archive.Name)
+	}
+	x, err := OpenStored(ctx, store, "crashed", cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	res, err := x.Retrieve(ctx, []string{"alpha"}, 1)
+	if err != nil || len(res[0]) != 1 || res[0][0].ID != "1" {
+		t.Errorf("search: %+v, %v", res, err)
+	}
+}
+
+// An archive of the same size and the same files, other bytes: only the
+// sha256 the manifest records tells it apart, and the download refuses it.
+func TestDownloadIndexRejectsCorruptPart(t *testing.T) {
+	ctx := context.Background()
+	store := openFileStore(t)
+	src := buildSmall(t, `{"id": "1", "contents": "A\nalpha"}`)
+	m, err := UploadIndex(ctx, store, "idx", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	akey := m.Manifest.FileKey(m.Archive)
+	good, err := store.ReadAll(ctx, akey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zstd.NewReader(bytes.NewReader(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	zr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Recompressed with settings that make it smaller than the stored one.
+	var alt bytes.Buffer
+	for _, l := range []zstd.EncoderLevel{zstd.SpeedBetterCompression, zstd.SpeedFastest, zstd.SpeedBestCompression} {
+		for _, crc := range []bool{false, true} {
+			if alt.Len() > 0 && alt.Len()+8 <= len(good) {
+				break
+			}
+			alt.Reset()
+			zw, _ := zstd.NewWriter(&alt, zstd.WithEncoderLevel(l), zstd.WithEncoderCRC(crc))
+			zw.Write(raw)
+			zw.Close()
+		}
+	}
+	pad := len(good) - alt.Len() - 8
+	if pad < 0 {
+		t.Fatalf("recompressed archive is %d bytes, the stored one %d: no room for padding", alt.Len(), len(good))
+	}
+	// A zstd skippable frame makes up the difference in size.
+	alt.Write(binary.LittleEndian.AppendUint32(nil, 0x184D2A50))
+	alt.Write(binary.LittleEndian.AppendUint32(nil, uint32(pad)))
+	alt.Write(make([]byte, pad))
+	if alt.Len() != len(good) || bytes.Equal(alt.Bytes(), good) {
+		t.Fatalf("corrupt archive: %d bytes (want %d), equal %v", alt.Len(), len(good), bytes.Equal(alt.Bytes(), good))
+	}
+	if err := store.WriteAll(ctx, akey, alt.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	_, err = OpenStored(ctx, store, "idx", cache)
+	if err == nil || !strings.Contains(err.Error(), "the manifest says") || !strings.Contains(err.Error(), m.Archive.SHA256) {
+		t.Errorf("corrupt part: err = %v, want the digest check", err)
+	}
+	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
+		t.Errorf("a rejected download left %d entries in the cache", len(ents))
+	}
+}
+
+// An index stored by the protocol before this one is named as such.
+func TestOpenStoredLegacyLayout(t *testing.T) {
+	ctx := context.Background()
+	store := openFileStore(t)
+	if err := store.WriteAll(ctx, "indexes/old/"+legacyManifest, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenStored(ctx, store, "old", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "index old in "+store.URL()+" was stored by an older whale; rebuild it with whale index build") {
+		t.Errorf("legacy layout: err = %v", err)
+	}
+	if _, err := UploadIndex(ctx, store, "old", buildSmall(t, `{"id": "1", "contents": "A\nalpha"}`)); err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	x, err := OpenStored(ctx, store, "old", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
 }

@@ -18,10 +18,13 @@
 //
 //   - BuildIndex streams a corpus (JSONL or Parquet, {"id", "contents"})
 //     into a new directory in batches, so memory stays flat; the directory
-//     appears only when complete. UploadIndex stores it in a bucket as one
-//     tar+zstd archive plus a manifest written last with a create-only
-//     write; DownloadIndex verifies the archive's digest and unpacks it into
-//     a cache directory named by the corpus digest, reused on later calls.
+//     appears only when complete. UploadIndex commits it to a bucket as
+//     indexes/<name>/ through storage's commit protocol, as a dataset is:
+//     one tar+zstd archive, then _MANIFEST.json (its size and sha256, the
+//     corpus digest and format) written last with a create-only write.
+//     OpenStored, the one way to open a stored index, checks the archive
+//     against the manifest while unpacking it into a cache directory named
+//     by the corpus digest, reused on later calls.
 //
 //   - NewDomain is the episode environment (env.go): searches go through
 //     the Retriever, answers are graded by exact match.
