@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/whalerun/whale/harness/archive"
+	"github.com/whalerun/whale/internal/retry"
+	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/pipeline/ledger"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/schemas"
@@ -39,6 +41,30 @@ type Runner struct {
 	// Holder names this process in the lease and the ledger; default
 	// "whale (host, pid)".
 	Holder string
+	// Retry is how RunToEnd runs a step again after a transient failure;
+	// zero: StepRetry.
+	Retry retry.Policy
+}
+
+// StepRetry is how often, and how patiently, RunToEnd runs a step again
+// after a transient failure: stages are idempotent and resume what they
+// committed, so running one again is safe.
+var StepRetry = retry.Policy{Attempts: 3, Base: 5 * time.Second, Max: time.Minute}
+
+// Transient reports whether a failed step may succeed when it runs again
+// unchanged: the outside world failed — storage still failing after its
+// own retries, a model endpoint down, the lease lost to a network blip —
+// and not the run's inputs, a trainer or whale itself. Every other error
+// halts the run at once, as Thanos halts a compaction it cannot finish.
+func Transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch models.KindOf(err) {
+	case models.KindRateLimited, models.KindServerError, models.KindTimeout, models.KindConnection:
+		return true
+	}
+	return errors.Is(err, storage.ErrLeaseLost) || storage.Transient(err)
 }
 
 // LoadRun reads runs/<run>/run.json.
@@ -144,11 +170,26 @@ func (r *Runner) record(ctx context.Context, e ledger.Entry) {
 	}
 }
 
-// RunToEnd steps until the schedule ends, the context ends or a stage
-// fails. Each step takes and releases the lease.
+// RunToEnd steps until the schedule ends, the context ends or a step
+// fails for good. Each step takes and releases the lease. A step that
+// fails transiently (see Transient) runs again under r.Retry; any other
+// failure returns at once, as it was.
 func (r *Runner) RunToEnd(ctx context.Context, each func(*StepResult)) error {
+	policy := r.Retry
+	if policy == (retry.Policy{}) {
+		policy = StepRetry
+	}
 	for {
-		res, err := r.Step(ctx)
+		var res *StepResult
+		err := retry.Do(ctx, policy, func(ctx context.Context) error {
+			var err error
+			if res, err = r.Step(ctx); err != nil && !Transient(err) {
+				return retry.Permanent(err)
+			}
+			return err
+		}, retry.OnRetry(func(e retry.Event) {
+			r.log().Warn("step failed transiently; running it again", "run", r.Run, "attempt", e.Attempt, "wait", e.Wait, "err", e.Err)
+		}))
 		if err != nil {
 			return err
 		}

@@ -51,7 +51,7 @@ func CheckDataset(name string) error { return Datasets.Check(name) }
 // folder's manifest, which is a safe segment (CheckSegment) by this form.
 func (c Collection) Check(name string) error {
 	if !datasetRE.MatchString(name) || len(name) > 64 {
-		return fmt.Errorf("invalid %s name %q: use lowercase letters, digits and dashes (e.g. lichess-train)", c.Noun, name)
+		return badName("invalid %s name %q: use lowercase letters, digits and dashes (e.g. lichess-train)", c.Noun, name)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -27,10 +28,23 @@ var (
 	partNameRE = regexp.MustCompile(`^([0-9]{5})-of-([0-9]{5})\.json$`)
 )
 
+// ErrBadName is what every Check function's error wraps: a name the user
+// gave (a run, stage, dataset, position) that cannot be a key segment.
+var ErrBadName = errors.New("invalid name")
+
+// nameError is a Check function's error: its own message, and
+// errors.Is(err, ErrBadName).
+type nameError struct{ msg string }
+
+func (e *nameError) Error() string        { return e.msg }
+func (e *nameError) Is(target error) bool { return target == ErrBadName }
+
+func badName(format string, args ...any) error { return &nameError{fmt.Sprintf(format, args...)} }
+
 // CheckRun reports whether name can be a run name in a key.
 func CheckRun(name string) error {
 	if !runRE.MatchString(name) {
-		return fmt.Errorf("invalid run name %q: want letters, digits, '-' or '_' (at most 128)", name)
+		return badName("invalid run name %q: want letters, digits, '-' or '_' (at most 128)", name)
 	}
 	return nil
 }
@@ -38,7 +52,7 @@ func CheckRun(name string) error {
 // CheckStage reports whether name is a valid stage name (lowercase letters).
 func CheckStage(name string) error {
 	if len(name) > 32 || !stageRE.MatchString(name) {
-		return fmt.Errorf("invalid stage name %q: want 1 to 32 lowercase letters", name)
+		return badName("invalid stage name %q: want 1 to 32 lowercase letters", name)
 	}
 	return nil
 }
@@ -82,7 +96,7 @@ func CheckSegment(what, s string) error {
 	if why == "" {
 		return nil
 	}
-	return fmt.Errorf("invalid %s %q: %s; want one path segment: 1 to %d printable ASCII characters without spaces, no '/', no \"..\", not starting with '.'", what, s, why, MaxSegment)
+	return badName("invalid %s %q: %s; want one path segment: 1 to %d printable ASCII characters without spaces, no '/', no \"..\", not starting with '.'", what, s, why, MaxSegment)
 }
 
 // Folder names one attempt of one stage at one position:

@@ -108,9 +108,6 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 	defer store.Close()
 	cfg := importConfig{Source: filepath.Base(o.File), SHA256: sum, Format: format.String(), Domain: o.Domain, Split: o.Split}
 	dw, prev, err := storage.NewDatasetWriter(ctx, store, o.Name, cfg, buildinfo.Version())
-	if errors.Is(err, storage.ErrDatasetDiffers) {
-		return conflictError{err}
-	}
 	if err != nil {
 		return err
 	}
@@ -170,9 +167,6 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 		return err
 	}
 	m, err := dw.Commit(ctx, st.summary())
-	if errors.Is(err, storage.ErrDatasetDiffers) {
-		return conflictError{err}
-	}
 	if err != nil {
 		return err
 	}

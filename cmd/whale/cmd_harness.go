@@ -16,7 +16,7 @@ import (
 func domainContract(name string) (*harness.Contract, error) {
 	d, err := registry.Lookup(name, registry.Resources{})
 	if err != nil {
-		return nil, usageError{err}
+		return nil, err
 	}
 	return d.Contract(), nil
 }

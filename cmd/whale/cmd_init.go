@@ -86,7 +86,7 @@ func initExperiment(ctx context.Context, root string, exp *spec.Experiment, sour
 		return err
 	}
 	if err := spec.CheckSame(prev, exp); err != nil {
-		return conflictError{err}
+		return err
 	}
 	fmt.Fprintf(out, "run %s already initialized with this spec (%s); nothing to do\n", run.Spec.Name, prev.SpecDigest)
 	return nil

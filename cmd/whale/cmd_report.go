@@ -62,7 +62,7 @@ func runReport(ctx context.Context, o reportOptions, out io.Writer) error {
 func writeReport(ctx context.Context, o reportOptions, out io.Writer) (*report.Data, error) {
 	for _, r := range o.Runs {
 		if err := storage.CheckRun(r); err != nil {
-			return nil, usageError{err}
+			return nil, err
 		}
 	}
 	if o.Out == "" {

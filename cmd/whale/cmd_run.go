@@ -122,7 +122,7 @@ func oneRun(args []string) (string, error) {
 		return "", usagef("want exactly one run name, got %d arguments", len(args))
 	}
 	if err := storage.CheckRun(args[0]); err != nil {
-		return "", usageError{err}
+		return "", err
 	}
 	return args[0], nil
 }
@@ -245,7 +245,7 @@ func runStep(ctx context.Context, o runOptions, out io.Writer, toEnd bool) error
 		fmt.Fprintf(out, "run %s is busy: %v\n", o.Run, held)
 		return nil
 	}
-	return stageError(err)
+	return err
 }
 
 func runStageCmd(ctx context.Context, o runOptions, out io.Writer) error {
@@ -282,7 +282,7 @@ func runStageCmd(ctx context.Context, o runOptions, out io.Writer) error {
 		res, err = r.RunStage(ctx, o.Stage, o.At, o.Force)
 	}
 	if err != nil {
-		return stageError(err)
+		return err
 	}
 	fmt.Fprintf(out, "%s at %s: %s\n", o.Stage, o.At, describeResult(res.Result))
 	return nil
@@ -301,14 +301,6 @@ func parseShard(s string) (shard, shards int, err error) {
 		return 0, 0, fmt.Errorf("--shard %q: want I/N with 0 <= I < N, e.g. 0/4", s)
 	}
 	return shard, shards, nil
-}
-
-// stageError maps a stage's identity conflict to exit code 3.
-func stageError(err error) error {
-	if errors.Is(err, stages.ErrInputsDiffer) {
-		return conflictError{err}
-	}
-	return err
 }
 
 func describeResult(r stages.Result) string {

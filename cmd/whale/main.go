@@ -15,11 +15,18 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"github.com/whalerun/whale/domains/registry"
+	"github.com/whalerun/whale/domains/searchqa"
+	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/internal/buildinfo"
+	"github.com/whalerun/whale/pipeline/spec"
+	"github.com/whalerun/whale/storage"
 )
 
 // Exit codes, documented in `whale --help`.
@@ -44,15 +51,38 @@ type conflictError struct{ err error }
 func (e conflictError) Error() string { return e.err.Error() }
 func (e conflictError) Unwrap() error { return e.err }
 
+// Errors the packages classify, by the exit code they mean. Packages say
+// what went wrong (sentinels and error types); this table, read by
+// exitCode, is the one place that says what that means for the exit
+// code. Commands wrap with usageError or conflictError only what they
+// find wrong themselves (their flags and arguments).
+var (
+	conflictErrors = []error{storage.ErrInputsDiffer, storage.ErrDatasetDiffers, searchqa.ErrIndexDiffers, spec.ErrSpecMismatch}
+	usageErrors    = []error{storage.ErrBadName, storage.ErrInvalidKey, registry.ErrUnknown, harness.ErrInvalid}
+)
+
+// usageTypes are the error types of bad input: an experiment file, an
+// import file, a harness that does not load.
+func usageType(err error) bool {
+	var se *spec.Error
+	var sl spec.ErrorList
+	var ie *importers.Error
+	var le *harness.LoadError
+	return errors.As(err, &se) || errors.As(err, &sl) || errors.As(err, &ie) || errors.As(err, &le)
+}
+
 func exitCode(err error) int {
 	var ue usageError
 	var ce conflictError
+	isAny := func(targets []error) bool {
+		return slices.ContainsFunc(targets, func(t error) bool { return errors.Is(err, t) })
+	}
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), isAny(conflictErrors):
 		return exitConflict
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), isAny(usageErrors), usageType(err):
 		return exitUsage
 	default:
 		return exitFailure

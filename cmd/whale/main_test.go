@@ -23,7 +23,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/whalerun/whale/domains/registry"
+	"github.com/whalerun/whale/domains/searchqa"
+	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/internal/s3test"
+	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -255,6 +260,20 @@ func TestExitCode(t *testing.T) {
 		{"wrapped conflict", fmt.Errorf("ctx: %w", conflictError{base}), exitConflict},
 		{"conflict around usage", conflictError{usageError{base}}, exitConflict},
 		{"joined", errors.Join(base, usageError{base}), exitUsage},
+		// What the packages classify reaches its code however it was
+		// wrapped on the way up, with no wrapper in the command.
+		{"bad run name", fmt.Errorf("step: %w", storage.CheckRun("a/b")), exitUsage},
+		{"bad position segment", storage.CheckSegment("position", "../x"), exitUsage},
+		{"invalid key", fmt.Errorf("read: %w", storage.ErrInvalidKey), exitUsage},
+		{"unknown domain", func() error { _, err := registry.Get("poker"); return fmt.Errorf("x: %w", err) }(), exitUsage},
+		{"experiment file", fmt.Errorf("init: %w", spec.ErrorList{&spec.Error{Path: "name", Msg: "required"}}), exitUsage},
+		{"harness", fmt.Errorf("load: %w", &harness.LoadError{File: "h.star"}), exitUsage},
+		{"import row", fmt.Errorf("import: %w", &importers.Error{File: "t.jsonl", Line: 3}), exitUsage},
+		{"stage inputs differ", fmt.Errorf("rollout at r001-w01: %w", storage.ErrInputsDiffer), exitConflict},
+		{"dataset differs", fmt.Errorf("import: %w", storage.ErrDatasetDiffers), exitConflict},
+		{"index differs", fmt.Errorf("index: %w", searchqa.ErrIndexDiffers), exitConflict},
+		{"spec mismatch", fmt.Errorf("init: %w", spec.ErrSpecMismatch), exitConflict},
+		{"not found is a failure", fmt.Errorf("read: %w", storage.ErrNotFound), exitFailure},
 	}
 	for _, c := range cases {
 		if got := exitCode(c.err); got != c.want {

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -123,8 +124,17 @@ func Get(name string) (Entry, error) {
 			return e, nil
 		}
 	}
-	return Entry{}, fmt.Errorf("unknown domain %q: known domains are %s", name, strings.Join(Names(), ", "))
+	return Entry{}, &unknownError{fmt.Sprintf("unknown domain %q: known domains are %s", name, strings.Join(Names(), ", "))}
 }
+
+// ErrUnknown is what Get's and Lookup's error for a name that is not
+// registered wraps.
+var ErrUnknown = errors.New("unknown domain")
+
+type unknownError struct{ msg string }
+
+func (e *unknownError) Error() string        { return e.msg }
+func (e *unknownError) Is(target error) bool { return target == ErrUnknown }
 
 // Lookup returns the domain called name, using the tools in res.
 func Lookup(name string, res Resources) (episode.Domain, error) {
