@@ -132,14 +132,17 @@ func (l *loop) step() *ending {
 		return &ending{reason: FinishMaxTurns}
 	}
 	l.turn = l.res.Turns + 1
-	v, e := l.call("should_stop", l.state())
+	// should_stop and build_messages see the same state: nothing happens
+	// between them. Each hook gets its own copy of it (see harness.Call).
+	state := l.state()
+	v, e := l.call("should_stop", state)
 	if e != nil {
 		return e
 	}
 	if stop, _ := v.(bool); stop {
 		return &ending{reason: FinishStopped}
 	}
-	v, e = l.call("build_messages", l.state())
+	v, e = l.call("build_messages", state)
 	if e != nil {
 		return e
 	}

@@ -5,16 +5,24 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/whalerun/whale/harness"
 )
 
-// taskMeta is a task's meta column as hooks see it: decoded, without
-// reference answers, filtered by the domain.
+// taskMeta is a task's meta column as hooks see it: decoded, numbers as
+// the harness runtime reads them (ints stay ints), without reference
+// answers, filtered by the domain. It is plain Go (harness.Plain), so that
+// no hook call of the episode converts it again.
 func taskMeta(dom Domain, meta string) (map[string]any, error) {
 	m, err := decodeMeta(meta)
 	if err != nil {
 		return nil, err
 	}
-	return hookMeta(dom, m), nil
+	p, err := harness.Plain(m)
+	if err != nil {
+		return nil, err
+	}
+	return hookMeta(dom, p.(map[string]any)), nil
 }
 
 // decodeMeta is a task's meta column as a dict. Numbers stay json.Number,

@@ -42,8 +42,10 @@ type ConstSpec struct {
 func Bound(n int64) *int64 { return &n }
 
 // DefaultFunc is the Go implementation of a hook, used when the harness does
-// not define it. args are the call's own plain copies, as FromStarlark
-// makes them; the result is validated like a harness's.
+// not define it. args are plain Go values as FromStarlark makes them,
+// which may share maps and lists with the caller's (see callDefault): a
+// default must never modify them, nor keep them past the call. The
+// result is validated like a harness's.
 type DefaultFunc func(ctx context.Context, h *Harness, args []any) (any, error)
 
 // HookSpec declares a hook: a function the episode loop calls with

@@ -348,124 +348,161 @@ func fromStarlark(v starlark.Value, b *budget, depth int) (any, error) {
 // is a fresh copy: nothing in it aliases a map or slice of v.
 //
 // The common types (what the episode loop passes: maps, lists, messages,
-// scalars) are copied directly in Go; a Starlark round trip cost several
-// times as much per hook call and dominated the loop's CPU on a fast model
-// server. Other types (structs, typed slices and maps) still take the round
-// trip, so their conversion stays defined by ToStarlark alone.
+// scalars) are converted directly in Go; a Starlark round trip cost several
+// times as much per hook call. Other types (structs, typed slices and
+// maps) still take the round trip, so their conversion stays defined by
+// ToStarlark alone.
 func normalize(v any) (any, error) {
-	switch v.(type) {
-	case nil, bool, int64, float64, string:
-		return v, nil
-	}
-	return normalizeIn(v, newBudget(0, 0), 0)
+	out, _, err := normalizer{b: newBudget(0, 0)}.conv(v, 0)
+	return out, err
 }
 
-// normalizeIn is normalize's copy under budget b. It counts what a round
-// trip would count (string bytes and dict keys as ToStarlark does, list
-// elements and dict entries as FromStarlark does), so that it fails exactly
-// when one of them would.
-func normalizeIn(v any, b *budget, depth int) (any, error) {
+// Plain is v as hooks receive it in plain Go, as FromStarlark makes it: a
+// fresh copy with json.Number made int64 or float64, []string made []any
+// and so on. Callers that pass the same value to many hook calls (the
+// episode loop, a task's meta) convert it once with Plain.
+func Plain(v any) (any, error) { return normalize(v) }
+
+// normalizer is normalize under budget b. It counts what a round trip
+// would count (string bytes and dict keys as ToStarlark does, list
+// elements and dict entries as FromStarlark does), so that it fails
+// exactly when one of them would. With share, a list or dict that is
+// plain already is returned as it is, not copied: what Go defaults get
+// (see callDefault).
+type normalizer struct {
+	b     *budget
+	share bool
+}
+
+// conv converts v; changed reports whether the result is not v itself.
+func (n normalizer) conv(v any, depth int) (out any, changed bool, err error) {
 	if depth > maxDepth {
-		return nil, fmt.Errorf("value nested deeper than %d levels", maxDepth)
+		return nil, false, fmt.Errorf("value nested deeper than %d levels", maxDepth)
 	}
+	b := n.b
 	switch x := v.(type) {
 	case nil, bool, int64, float64:
-		return v, nil
+		return v, false, nil
 	case string:
-		if err := b.addBytes(len(x)); err != nil {
-			return nil, err
-		}
-		return x, nil
+		return v, false, b.addBytes(len(x)) // v, not x: no new interface value
 	case int:
-		return int64(x), nil
+		return int64(x), true, nil
 	case int32:
-		return int64(x), nil
+		return int64(x), true, nil
 	case json.Number:
 		sv, err := jsonNumber(x)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return fromStarlark(sv, b, depth)
+		gv, err := fromStarlark(sv, b, depth)
+		return gv, true, err
 	case []any:
 		if err := b.addItems(len(x)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		out := make([]any, len(x))
+		var out []any // nil while every element is kept as it is
+		if !n.share {
+			out = make([]any, len(x))
+		}
 		for i, e := range x {
-			gv, err := normalizeIn(e, b, depth+1)
+			gv, changed, err := n.conv(e, depth+1)
 			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", i, err)
+				return nil, false, fmt.Errorf("[%d]: %w", i, err)
 			}
-			out[i] = gv
+			if changed && out == nil {
+				out = make([]any, len(x))
+				copy(out, x[:i])
+			}
+			if out != nil {
+				out[i] = gv
+			}
 		}
-		return out, nil
+		if out == nil {
+			return v, false, nil // v, not x: no new interface value
+		}
+		return out, true, nil
 	case map[string]any:
 		if err := b.addItems(len(x)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		out := make(map[string]any, len(x))
+		var out map[string]any // nil while every entry is kept as it is
+		if !n.share {
+			out = make(map[string]any, len(x))
+		}
 		for k, e := range x {
-			gv, err := normalizeIn(e, b, depth+1)
+			gv, changed, err := n.conv(e, depth+1)
 			if err != nil {
-				return nil, fmt.Errorf("[%q]: %w", k, err)
+				return nil, false, fmt.Errorf("[%q]: %w", k, err)
 			}
 			if err := b.addBytes(len(k)); err != nil {
-				return nil, err
+				return nil, false, err
 			}
-			out[k] = gv
+			if changed && out == nil {
+				out = make(map[string]any, len(x))
+				for k2, e2 := range x {
+					out[k2] = e2 // converted entries replace theirs below
+				}
+			}
+			if out != nil {
+				out[k] = gv
+			}
 		}
-		return out, nil
+		if out == nil {
+			return x, false, nil
+		}
+		return out, true, nil
 	case fields:
 		if err := b.addItems(len(x)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out := make(map[string]any, len(x))
 		for _, f := range x {
-			gv, err := normalizeIn(f.value, b, depth+1)
+			gv, _, err := n.conv(f.value, depth+1)
 			if err != nil {
-				return nil, fmt.Errorf("[%q]: %w", f.key, err)
+				return nil, false, fmt.Errorf("[%q]: %w", f.key, err)
 			}
 			if err := b.addBytes(len(f.key)); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			out[f.key] = gv
 		}
-		return out, nil
+		return out, true, nil
 	case schemas.Message:
-		return normalizeIn(messageFields(x), b, depth)
+		return n.conv(messageFields(x), depth)
 	case *schemas.Message:
 		if x == nil {
-			return nil, nil
+			return nil, true, nil
 		}
-		return normalizeIn(messageFields(*x), b, depth)
+		return n.conv(messageFields(*x), depth)
 	case []schemas.Message:
 		if err := b.addItems(len(x)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out := make([]any, len(x))
 		for i, m := range x {
-			gv, err := normalizeIn(messageFields(m), b, depth+1)
+			gv, _, err := n.conv(messageFields(m), depth+1)
 			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", i, err)
+				return nil, false, fmt.Errorf("[%d]: %w", i, err)
 			}
 			out[i] = gv
 		}
-		return out, nil
+		return out, true, nil
 	case schemas.ToolCall:
-		return normalizeIn(toolCallFields(x), b, depth)
+		return n.conv(toolCallFields(x), depth)
 	case starlark.Value:
-		return fromStarlark(x, b, depth)
+		gv, err := fromStarlark(x, b, depth)
+		return gv, true, err
 	}
 	// The round trip, for the rare types above; each half counts on its
 	// own copy of the budget, as normalize's two conversions did.
 	from := *b
 	sv, err := toStarlark(v, b, depth)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	gv, err := fromStarlark(sv, &from, depth)
 	b.bytes, b.items = max(b.bytes, from.bytes), max(b.items, from.items)
-	return gv, err
+	return gv, true, err
 }
 
 // isFiniteNumber reports whether a float is usable (JSON cannot carry NaN).

@@ -44,7 +44,7 @@ func (s *State) Dict() map[string]any {
 // MessageDict is m as hooks see a message, in plain Go (see
 // messageFields). MessagesFrom is its inverse.
 func MessageDict(m schemas.Message) map[string]any {
-	v, _ := normalizeIn(messageFields(m), &budget{maxBytes: math.MaxInt, maxItems: math.MaxInt}, 0) // strings only: it cannot fail
+	v, _, _ := normalizer{b: &budget{maxBytes: math.MaxInt, maxItems: math.MaxInt}}.conv(messageFields(m), 0) // strings only: it cannot fail
 	return v.(map[string]any)
 }
 

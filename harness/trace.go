@@ -36,6 +36,7 @@ type Recorder func(CallRecord)
 // cost in brackets.
 func (r CallRecord) TraceEvent(turn int) schemas.TraceEvent {
 	var fb strings.Builder
+	fb.Grow(len(r.Result) + 32)
 	if r.Err != nil {
 		fb.WriteString("error: " + r.Err.Error())
 	} else {
@@ -60,6 +61,7 @@ func (r CallRecord) TraceEvent(turn int) schemas.TraceEvent {
 // was a third of a trace's text.
 func (r *CallRecord) render(params []string, args []any, result any) {
 	var b strings.Builder
+	b.Grow(64)
 	for i, a := range args {
 		if i > 0 {
 			b.WriteString(", ")
@@ -79,7 +81,7 @@ func (r *CallRecord) render(params []string, args []any, result any) {
 // Summarize renders a Go value compactly (JSON-like, dict keys sorted) in at
 // most about n bytes, stopping early rather than rendering what it would cut.
 func Summarize(v any, n int) string {
-	var w limitWriter
+	w := limitWriter{b: make([]byte, 0, min(n, 256)+8)}
 	w.summary(v, n)
 	return string(w.b)
 }
