@@ -22,11 +22,12 @@
 //     ErrMemory, ErrRuntime, ErrBadResult; runtime errors carry the harness
 //     position and the Starlark backtrace. A Harness is immutable and safe
 //     for concurrent Calls.
-//   - Copies: every hook gets its own copy of its arguments — a harness
-//     hook fresh Starlark values, a Go default fresh plain Go (what a
-//     round trip through Starlark makes) — so nothing a hook does reaches
-//     the caller. A result may share maps and lists with the harness, so
-//     callers treat results as read-only.
+//   - Copies: a harness hook gets fresh Starlark values it may change
+//     freely: nothing it does reaches the caller. A Go default gets plain
+//     Go (what a round trip through Starlark makes) that shares what was
+//     plain already with the caller's values, so it must never modify its
+//     arguments (DefaultFunc). A result may share maps and lists with the
+//     arguments and the harness, so callers treat results as read-only.
 //   - State is the episode state of Base's StateDoc; State.Dict is the one
 //     place its keys are spelled, and MessageDict the one conversion of a
 //     schemas.Message into harness values (MessagesFrom is its inverse).
