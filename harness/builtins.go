@@ -3,6 +3,8 @@ package harness
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -81,7 +83,7 @@ func (h *Harness) makePredeclared() (starlark.StringDict, error) {
 		defaults[spec.Name] = h.defaultBuiltin(spec)
 	}
 	d["defaults"] = &starlarkstruct.Module{Name: "defaults", Members: defaults}
-	for _, name := range sortedKeysOf(h.contract.Helpers) {
+	for _, name := range slices.Sorted(maps.Keys(h.contract.Helpers)) {
 		d[name] = helperBuiltin(name, h.contract.Helpers[name])
 	}
 	d.Freeze()

@@ -3,7 +3,9 @@ package harness
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -258,7 +260,7 @@ func (c *Contract) Validate() error {
 			}
 		}
 	}
-	for _, n := range sortedKeysOf(c.Helpers) {
+	for _, n := range slices.Sorted(maps.Keys(c.Helpers)) {
 		claim(n, "helper")
 		if c.Helpers[n].Fn == nil {
 			errs = append(errs, fmt.Sprintf("helper %s: no function", n))
@@ -268,15 +270,6 @@ func (c *Contract) Validate() error {
 		return fmt.Errorf("contract %s: %s", c.Name, strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-func sortedKeysOf[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sortStrings(keys)
-	return keys
 }
 
 // checkConst validates a constant's value (plain Go, as FromStarlark makes

@@ -3,6 +3,8 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -59,7 +61,7 @@ func (c *Contract) Doc() string {
 
 	if len(c.Helpers) > 0 {
 		b.WriteString("## Domain helpers\n\n")
-		for _, name := range sortedKeysOf(c.Helpers) {
+		for _, name := range slices.Sorted(maps.Keys(c.Helpers)) {
 			hb := c.Helpers[name]
 			fmt.Fprintf(&b, "- `%s(%s)`", name, strings.Join(hb.Params, ", "))
 			if hb.Returns != "" {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/whalerun/whale/internal/textdist"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -593,7 +595,7 @@ func (h *Harness) Render(name string, fields map[string]any) (string, error) {
 func renderTemplate(tmpl string, fields map[string]any) (string, error) {
 	format, _ := starlark.String(tmpl).Attr("format")
 	kwargs := make([]starlark.Tuple, 0, len(fields))
-	for _, k := range sortedKeys(fields) {
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		v, err := ToStarlark(fields[k])
 		if err != nil {
 			return "", fmt.Errorf("field %s: %w", k, err)

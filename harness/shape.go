@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -94,7 +95,7 @@ func (s DictOf) Validate(v any, path string) error {
 	if !ok {
 		return fmt.Errorf("%s: want %s, got %s", path, s, describe(v))
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if s.Elem.Validate(m[k], path) != nil { // see ListOf.Validate
 			return s.Elem.Validate(m[k], fmt.Sprintf("%s[%q]", path, k))
 		}
@@ -141,7 +142,7 @@ func (s Record) Validate(v any, path string) error {
 	// Field names are distinct: any key beyond those present is one the
 	// record does not name.
 	if !s.Open && len(m) > present {
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			if !slices.ContainsFunc(s.Fields, func(f Field) bool { return f.Name == k }) {
 				return fmt.Errorf("%s: unknown key %q (allowed: %s)", path, k, s.describeKeys())
 			}
@@ -313,18 +314,9 @@ func describe(v any) string {
 	case []any:
 		return fmt.Sprintf("list of %d elements", len(x))
 	case map[string]any:
-		return fmt.Sprintf("dict with keys %s", clip(strings.Join(sortedKeys(x), ", "), 80))
+		return fmt.Sprintf("dict with keys %s", clip(strings.Join(slices.Sorted(maps.Keys(x)), ", "), 80))
 	}
 	return fmt.Sprintf("%T", v)
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // clip shortens s to at most n bytes (on a rune boundary), marking the cut.

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -172,10 +174,10 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 	}
 	committed = true
 	fmt.Fprintf(out, "imported %d tasks from %s (%s) into %s/%s\n", m.Rows("tasks"), o.File, format, store.URL(), m.Dir)
-	for _, k := range sortedKeys(st.domains) {
+	for _, k := range slices.Sorted(maps.Keys(st.domains)) {
 		fmt.Fprintf(out, "  domain %-10s %d\n", cmp.Or(k, "(none)"), st.domains[k])
 	}
-	for _, k := range sortedKeys(st.splits) {
+	for _, k := range slices.Sorted(maps.Keys(st.splits)) {
 		fmt.Fprintf(out, "  split  %-10s %d\n", cmp.Or(k, "(none)"), st.splits[k])
 	}
 	return nil

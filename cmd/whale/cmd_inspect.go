@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -19,15 +20,6 @@ import (
 
 // leaseFolder is where a run's lease generations live.
 func leaseFolder(run string) string { return storage.Join("runs", run, "lease") }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
 
 // humanBytes prints sizes the way ls -h does.
 func humanBytes(n int64) string {
@@ -58,7 +50,7 @@ func tableRows(m *storage.Manifest) string {
 		rows[f.Table] += f.Rows
 	}
 	var parts []string
-	for _, t := range sortedKeys(rows) {
+	for _, t := range slices.Sorted(maps.Keys(rows)) {
 		parts = append(parts, fmt.Sprintf("%s=%d", t, rows[t]))
 	}
 	if len(parts) == 0 {
@@ -329,7 +321,7 @@ func printManifest(out io.Writer, m *storage.Manifest) {
 	if m.WhaleVersion != "" {
 		fmt.Fprintf(tw, "whale\t%s\n", m.WhaleVersion)
 	}
-	for _, k := range sortedKeys(m.Summary) {
+	for _, k := range slices.Sorted(maps.Keys(m.Summary)) {
 		b, _ := json.Marshal(m.Summary[k])
 		fmt.Fprintf(tw, "summary %s\t%s\n", k, cell(string(b), 120))
 	}

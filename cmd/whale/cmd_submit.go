@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -268,7 +270,7 @@ func summarizeStates(js []slurm.Job) string {
 		counts[j.State]++
 	}
 	var parts []string
-	for _, st := range sortedKeys(counts) {
+	for _, st := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[st], st))
 	}
 	return js[0].Name + " tasks " + strings.Join(parts, ", ")
