@@ -634,8 +634,11 @@ func (s *Store) listLocal(ctx context.Context, prefix string, opts *blob.ListOpt
 }
 
 // localListTries bounds the walks of one local listing that lose the race
-// with a renamed temporary file.
-const localListTries = 20
+// with a renamed temporary file. With writers busy in a large folder most
+// walks can lose it (at 20 tries, TestFileListWhileWriting failed about
+// once in 60 runs on a loaded 2-core machine); each try is one walk, and
+// only a race costs one.
+const localListTries = 200
 
 // fileTempName matches the names fileblob gives files it is still writing
 // (key.<hex nanos>.tmp); they are not objects yet.
