@@ -144,7 +144,6 @@ func TestRetryDo(t *testing.T) {
 	})
 }
 
-
 func TestScrubAndErrorMessage(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "topsecret-value-123")
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIATESTKEY42")
