@@ -226,9 +226,10 @@ func heapBytes() uint64 {
 // FromStarlark), validated against the hook's declared shape. When the
 // harness does not define the hook the contract's Go default runs instead,
 // with the arguments converted to plain Go as a round trip through
-// Starlark would make them. Either way a hook gets its own copy of the
-// arguments. The result may share maps and lists with the harness: callers
-// must not modify it. Every call, harness or default, is reported to the
+// Starlark would make them (sharing what was plain already: see
+// callDefault). A harness hook gets its own copy of the arguments. The
+// result may share maps and lists with the arguments and the harness:
+// callers must not modify it. Every call, harness or default, is reported to the
 // recorder. Errors are *HookError.
 func (h *Harness) Call(ctx context.Context, hook string, args ...any) (any, error) {
 	c, ok := h.calls[hook]

@@ -53,19 +53,47 @@ var StepRetry = retry.Policy{Attempts: 3, Base: 5 * time.Second, Max: time.Minut
 
 // Transient reports whether a failed step may succeed when it runs again
 // unchanged: the outside world failed — storage still failing after its
-// own retries, a model endpoint down, the lease lost to a network blip —
-// and not the run's inputs, a trainer or whale itself. Every other error
+// own retries, a model endpoint down, the lease lost — and not the run's
+// inputs, a trainer, a reload or whale itself. It asks the error's origin
+// (a *storage.Error, a *models.Error), never its text. Every other error
 // halts the run at once, as Thanos halts a compaction it cannot finish.
 func Transient(err error) bool {
+	if errors.Is(err, storage.ErrLeaseLost) {
+		return true
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	switch models.KindOf(err) {
-	case models.KindRateLimited, models.KindServerError, models.KindTimeout, models.KindConnection:
-		return true
+	var me *models.Error
+	if errors.As(err, &me) {
+		switch me.Kind {
+		case models.KindRateLimited, models.KindServerError, models.KindTimeout, models.KindConnection:
+			return true
+		}
+		return false
 	}
-	return errors.Is(err, storage.ErrLeaseLost) || storage.Transient(err)
+	var se *storage.Error
+	return errors.As(err, &se) && storage.Transient(se)
 }
+
+// StageError is a stage's failure at a position (and, for one shard of an
+// array job, which shard: "2 of 4"). Whatever it wraps — a stored harness
+// that no longer loads, a key made from bad data — it is a failure of the
+// run, not bad input on the command line.
+type StageError struct {
+	Stage, Position, Shard string
+	Err                    error
+}
+
+func (e *StageError) Error() string {
+	s := e.Stage + " at " + e.Position
+	if e.Shard != "" {
+		s += ", shard " + e.Shard
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *StageError) Unwrap() error { return e.Err }
 
 // LoadRun reads runs/<run>/run.json.
 func LoadRun(ctx context.Context, s *storage.Store, run string) (*spec.Run, error) {
@@ -114,7 +142,7 @@ func (r *Runner) Step(ctx context.Context) (*StepResult, error) {
 	res, err := r.stepLocked(lctx)
 	stop()
 	if cause := context.Cause(lctx); err != nil && cause != nil && errors.Is(cause, storage.ErrLeaseLost) {
-		err = fmt.Errorf("%w (%v)", err, cause)
+		err = fmt.Errorf("%w (%w)", err, cause)
 	}
 	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil && err == nil {
 		r.log().Warn("release lease", "run", r.Run, "err", rerr)
@@ -138,7 +166,7 @@ func (r *Runner) stepLocked(ctx context.Context) (*StepResult, error) {
 	out.Result = res
 	if err != nil {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindFailure, Position: p.Decision.Position, Stage: p.Stage, Error: err.Error()})
-		return out, fmt.Errorf("%s at %s: %w", p.Stage, p.Decision.Position, err)
+		return out, &StageError{Stage: p.Stage, Position: p.Decision.Position, Err: err}
 	}
 	if res.Committed {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindStage, Position: p.Decision.Position, Stage: p.Stage,
@@ -172,20 +200,38 @@ func (r *Runner) record(ctx context.Context, e ledger.Entry) {
 
 // RunToEnd steps until the schedule ends, the context ends or a step
 // fails for good. Each step takes and releases the lease. A step that
-// fails transiently (see Transient) runs again under r.Retry; any other
-// failure returns at once, as it was.
+// fails transiently (see Transient) runs again under r.Retry, except a
+// finetune; any other failure returns at once, as it was.
 func (r *Runner) RunToEnd(ctx context.Context, each func(*StepResult)) error {
 	policy := r.Retry
 	if policy == (retry.Policy{}) {
 		policy = StepRetry
 	}
 	for {
-		var res *StepResult
+		var (
+			res  *StepResult
+			last error // the transient failure a retry follows
+		)
 		err := retry.Do(ctx, policy, func(ctx context.Context) error {
 			var err error
-			if res, err = r.Step(ctx); err != nil && !Transient(err) {
+			res, err = r.Step(ctx)
+			var held *storage.LeaseHeldError
+			switch {
+			case err == nil:
+				return nil
+			case last != nil && errors.As(err, &held):
+				// The failure that made us retry may have kept our own
+				// lease from being released: that failure is the answer,
+				// not a busy run.
+				return retry.Permanent(last)
+			case res != nil && res.Plan != nil && res.Plan.Stage == StageFinetune:
+				// A trainer runs outside the bucket on GPUs and does not
+				// resume: running it again is for the user to decide.
+				return retry.Permanent(err)
+			case !Transient(err):
 				return retry.Permanent(err)
 			}
+			last = err
 			return err
 		}, retry.OnRetry(func(e retry.Event) {
 			r.log().Warn("step failed transiently; running it again", "run", r.Run, "attempt", e.Attempt, "wait", e.Wait, "err", e.Err)
@@ -348,7 +394,7 @@ func (r *Runner) RunStage(ctx context.Context, name, position string, force bool
 	res, err := r.execute(lctx, name, p.Spec, p.Harness, p.Model)
 	if err != nil {
 		r.record(lctx, ledger.Entry{Kind: ledger.KindFailure, Position: position, Stage: name, Error: err.Error()})
-		return &StepResult{Plan: p, Result: res}, fmt.Errorf("%s at %s: %w", name, position, err)
+		return &StepResult{Plan: p, Result: res}, &StageError{Stage: name, Position: position, Err: err}
 	}
 	if res.Committed {
 		r.record(lctx, ledger.Entry{Kind: ledger.KindStage, Position: position, Stage: name, Folder: res.Folder, Summary: res.Manifest.Summary})

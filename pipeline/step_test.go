@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -36,26 +38,43 @@ func (f failOnce) Run(ctx context.Context, x *stages.Exec) error {
 // and the run finishes) and halts at once on any other, returning it as
 // it was.
 func TestRunToEndRetriesTransientHaltsOtherwise(t *testing.T) {
+	reset := &storage.Error{Op: "write", URL: "s3://b", Key: "runs/x", Err: &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}}
 	cases := []struct {
 		name      string
+		stage     string // default filter
 		err       error
-		transient bool
+		transient bool // Transient(err)
+		again     bool // the step runs again; default transient
 	}{
-		{"connection reset", fmt.Errorf("upload part: %w", &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}), true},
-		{"model endpoint down", &models.Error{Kind: models.KindConnection, Endpoint: "http://127.0.0.1:1/v1", Attempts: 5}, true},
-		{"lease lost", fmt.Errorf("renew: %w", storage.ErrLeaseLost), true},
-		{"a bug", errors.New("index out of range"), false},
-		{"not found", fmt.Errorf("read: %w", storage.ErrNotFound), false},
-		{"canceled", context.Canceled, false},
+		{name: "storage connection reset", err: fmt.Errorf("upload part: %w", reset), transient: true},
+		// A trainer does not resume: a finetune is not run again, even
+		// after a transient failure.
+		{name: "finetune", stage: StageFinetune, err: fmt.Errorf("upload checkpoint: %w", reset), transient: true, again: false},
+		// Only the origin counts, not the text: a reload endpoint or a
+		// trainer's output saying "connection refused" is no storage
+		// failure.
+		{name: "reload endpoint down", err: fmt.Errorf("finetune: %w", &url.Error{Op: "Post", URL: "http://127.0.0.1:1/v1/load_lora_adapter", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}), transient: false},
+		{name: "text only", err: errors.New("trainer said: connection refused"), transient: false},
+		{name: "truncated input", err: fmt.Errorf("read tasks: %w", io.ErrUnexpectedEOF), transient: false},
+		{name: "model endpoint down", err: &models.Error{Kind: models.KindConnection, Endpoint: "http://127.0.0.1:1/v1", Attempts: 5}, transient: true},
+		{name: "lease lost", err: fmt.Errorf("renew: %w", storage.ErrLeaseLost), transient: true},
+		{name: "a bug", err: errors.New("index out of range"), transient: false},
+		{name: "not found", err: fmt.Errorf("read: %w", storage.ErrNotFound), transient: false},
+		{name: "canceled", err: context.Canceled, transient: false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Transient(tc.err); got != tc.transient {
 				t.Fatalf("Transient(%v) = %v, want %v", tc.err, got, tc.transient)
 			}
+			again := tc.transient && (tc.stage == "" || tc.again)
+			stage := tc.stage
+			if stage == "" {
+				stage = StageFilter
+			}
 			var calls atomic.Int32
 			wrapStage = func(st stages.Stage) stages.Stage {
-				if st.Name() == StageFilter {
+				if st.Name() == stage {
 					return failOnce{Stage: st, err: tc.err, calls: &calls}
 				}
 				return st
@@ -69,14 +88,14 @@ func TestRunToEndRetriesTransientHaltsOtherwise(t *testing.T) {
 			defer cancel()
 			err := r.RunToEnd(ctx, nil)
 			switch {
-			case tc.transient && err != nil:
+			case again && err != nil:
 				t.Fatalf("RunToEnd = %v, want the step run again and the run finished", err)
-			case tc.transient && calls.Load() != 2:
-				t.Errorf("filter ran %d times, want 2", calls.Load())
-			case !tc.transient && (!errors.Is(err, tc.err) || !strings.HasPrefix(err.Error(), "filter at r001-w01: ") || strings.Contains(err.Error(), "attempts")):
+			case again && calls.Load() != 2:
+				t.Errorf("%s ran %d times, want 2", stage, calls.Load())
+			case !again && (!errors.Is(err, tc.err) || !strings.HasPrefix(err.Error(), stage+" at r001-w01: ") || strings.Contains(err.Error(), "attempts") || !errors.As(err, new(*StageError))):
 				t.Errorf("RunToEnd = %v, want %v at once, as it was", err, tc.err)
-			case !tc.transient && calls.Load() != 1:
-				t.Errorf("filter ran %d times, want 1", calls.Load())
+			case !again && calls.Load() != 1:
+				t.Errorf("%s ran %d times, want 1", stage, calls.Load())
 			}
 		})
 	}

@@ -58,7 +58,7 @@ func (r *Runner) RunShard(ctx context.Context, name, position string, shard, sha
 	if err != nil {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindFailure, Position: position, Stage: name,
 			Error: fmt.Sprintf("shard %d of %d: %v", shard, shards, err)})
-		return out, fmt.Errorf("%s at %s, shard %d of %d: %w", name, position, shard, shards, err)
+		return out, &StageError{Stage: name, Position: position, Shard: fmt.Sprintf("%d of %d", shard, shards), Err: err}
 	}
 	if res.CommittedHere {
 		r.record(ctx, ledger.Entry{Kind: ledger.KindStage, Position: position, Stage: name,

@@ -25,6 +25,7 @@ import (
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/internal/buildinfo"
+	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/storage"
 )
@@ -77,11 +78,17 @@ func exitCode(err error) int {
 	isAny := func(targets []error) bool {
 		return slices.ContainsFunc(targets, func(t error) bool { return errors.Is(err, t) })
 	}
+	var se *pipeline.StageError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ce), isAny(conflictErrors):
 		return exitConflict
+	case errors.As(err, &se):
+		// A stage that failed (a stored harness that no longer loads, a
+		// key made from bad data) is a failure of the run, whatever it
+		// wraps: the command line was fine.
+		return exitFailure
 	case errors.As(err, &ue), isAny(usageErrors), usageType(err):
 		return exitUsage
 	default:

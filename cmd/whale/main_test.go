@@ -28,6 +28,7 @@ import (
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/internal/s3test"
+	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/storage"
 )
@@ -274,6 +275,8 @@ func TestExitCode(t *testing.T) {
 		{"index differs", fmt.Errorf("index: %w", searchqa.ErrIndexDiffers), exitConflict},
 		{"spec mismatch", fmt.Errorf("init: %w", spec.ErrSpecMismatch), exitConflict},
 		{"not found is a failure", fmt.Errorf("read: %w", storage.ErrNotFound), exitFailure},
+		{"a stage's bad harness is a failure", fmt.Errorf("step: %w", &pipeline.StageError{Stage: "rollout", Position: "r001-w01", Err: &harness.LoadError{File: "h.star"}}), exitFailure},
+		{"a stage's conflict is a conflict", &pipeline.StageError{Stage: "rollout", Position: "r001-w01", Err: storage.ErrInputsDiffer}, exitConflict},
 	}
 	for _, c := range cases {
 		if got := exitCode(c.err); got != c.want {

@@ -31,11 +31,12 @@ const Mark = "REDACTED"
 // secret: those of gocloud.dev's s3blob, gcsblob, azureblob and fileblob
 // URLs (paths to key files, never keys), and of vLLM-style endpoints.
 var safeParams = []string{
-	"accelerate", "anonymous", "awssdk", "base_url", "cdn", "create_dir", "dir_file_mode", "disable_https",
-	"domain", "dualstack", "endpoint", "fips", "hostname_immutable", "kmskeyid", "localemu", "metadata",
-	"no_tmp_dir", "prefix", "private_key_path", "profile", "protocol", "rate_limiter_capacity", "region",
-	"request_checksum_calculation", "response_checksum_validation", "secret_key_path", "ssetype",
-	"storage_account", "use_path_style",
+	"accelerate", "access_id", "anonymous", "awssdk", "base_url", "cdn", "create_dir", "dir_file_mode",
+	"disable_https", "domain", "dualstack", "endpoint", "fips", "grpc", "hostname_immutable", "kmskeyid",
+	"localemu", "metadata", "no_tmp_dir", "prefix", "private_key_path", "profile", "protocol",
+	"rate_limiter_capacity", "region", "request_checksum_calculation", "response_checksum_validation",
+	"s3forcepathstyle", "secret_key_path", "ssetype", "storage_account", "universe_domain",
+	"use_path_style", "zonal",
 }
 
 // URL returns raw fit for a log line, an error or an artifact (see the

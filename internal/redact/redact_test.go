@@ -28,6 +28,8 @@ func TestURL(t *testing.T) {
 		{"http://h/v1?a=%zz", "http://h/v1?REDACTED=REDACTED", nil},
 		{"file:///data/whale", "file:///data/whale", nil},
 		{"http://h:8000/v1", "http://h:8000/v1", nil},
+		{"s3://b?s3ForcePathStyle=true&region=r", "s3://b?s3ForcePathStyle=true&region=r", nil},
+		{"gs://b?access_id=sa@p.iam.gserviceaccount.com&universe_domain=u", "gs://b?access_id=sa@p.iam.gserviceaccount.com&universe_domain=u", nil},
 		{"://bad url", Unparseable, nil},
 		// The cases of storage's redactor, which this one replaced: bucket
 		// URLs keep their configuration and lose their secrets.
