@@ -1,6 +1,7 @@
 package slurmtest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,10 +31,16 @@ func TestSharedRunsAJob(t *testing.T) {
 	want := "hello-" + strings.TrimSpace(string(id)) + "\n"
 	err = waitFor(20*time.Second, func() error {
 		data, err := os.ReadFile(out)
-		if err == nil && string(data) != want {
+		switch {
+		case err != nil:
+			return err
+		case string(data) != want && strings.HasPrefix(want, string(data)):
+			// The shell has created the file and not written it yet.
+			return fmt.Errorf("job wrote %q so far", data)
+		case string(data) != want:
 			t.Fatalf("job wrote %q, want %q", data, want)
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("job %s did not write %s: %v\n%s", id, out, err, c.Logs())
