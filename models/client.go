@@ -423,13 +423,6 @@ func putBody(b *bytes.Buffer) {
 
 var errNoChoices = errors.New("response has no choices")
 
-func statusOf(r *http.Response) int {
-	if r == nil {
-		return 0
-	}
-	return r.StatusCode
-}
-
 // statusError reads an error response: its status, and the message of its
 // body whatever its form (OpenAI's, vLLM's, FastAPI's or plain text).
 func (c *Client) statusError(hres *http.Response) *attemptError {

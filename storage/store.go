@@ -36,8 +36,6 @@ import (
 	"github.com/whalerun/whale/internal/redact"
 )
 
-var getenv = os.Getenv
-
 // Store is a bucket opened by URL, with a key prefix. It is safe for
 // concurrent use.
 type Store struct {
