@@ -31,6 +31,11 @@ type Message struct {
 	Name       string     `parquet:"name" json:"name,omitempty"`
 	ToolCallID string     `parquet:"tool_call_id" json:"tool_call_id,omitempty"`
 	ToolCalls  []ToolCall `parquet:"tool_calls,list" json:"tool_calls,omitempty"`
+	// Reasoning is the thinking the server returned apart from the content
+	// of an assistant message (vLLM's reasoning_content), empty when there
+	// was none. Added in schema version 2; files written before read it as
+	// "".
+	Reasoning string `parquet:"reasoning" json:"reasoning,omitempty"`
 }
 
 // TraceEvent is one step of an episode's execution trace: a hook call, a
@@ -62,6 +67,10 @@ type Rollout struct {
 	LatencyMS        int64        `parquet:"latency_ms" json:"latency_ms"`
 	Messages         []Message    `parquet:"messages,list" json:"messages"`
 	Trace            []TraceEvent `parquet:"trace,list" json:"trace"`
+	// Tools are the native tools the model was offered on every call, as
+	// the OpenAI tools array in JSON; "" when none (or in files of schema
+	// version 1).
+	Tools string `parquet:"tools" json:"tools,omitempty"`
 }
 
 // SFTExample is one training example made from an accepted episode.
@@ -73,6 +82,9 @@ type SFTExample struct {
 	// TrainMask has one entry per message: true where the message was
 	// written by the model and carries loss.
 	TrainMask []bool `parquet:"train_mask,list" json:"train_mask"`
+	// Tools are the episode's Rollout.Tools: a chat template renders them
+	// into the context, so training must see them as the model did.
+	Tools string `parquet:"tools" json:"tools,omitempty"`
 }
 
 // Eval is the score of one (candidate, task) pair over k samples.

@@ -23,6 +23,10 @@ type Table struct {
 	Arrow *arrow.Schema
 
 	row reflect.Type
+	// added are the columns (paths as ValidateSchema spells them, e.g.
+	// "messages[].reasoning") that came after version 1: files written
+	// before them lack them and read them as zero values.
+	added []string
 	// stats are the string columns short enough to carry min/max
 	// statistics; long text (messages, sources) skips them, or a single
 	// 3 MB message would be copied into the footer twice per row group.
@@ -66,6 +70,7 @@ var (
 		str("name"),
 		str("tool_call_id"),
 		list("tool_calls", toolCallType),
+		str("reasoning"),
 	)
 	traceEventType = arrow.StructOf(
 		i32("turn"),
@@ -95,7 +100,7 @@ var (
 
 	Rollouts = Table{
 		Name:    "rollouts",
-		Version: 1,
+		Version: 2,
 		Arrow: arrow.NewSchema([]arrow.Field{
 			str("run"),
 			str("position"),
@@ -115,21 +120,25 @@ var (
 			i64("latency_ms"),
 			list("messages", messageType),
 			list("trace", traceEventType),
+			str("tools"),
 		}, nil),
+		added: []string{"messages[].reasoning", "tools"},
 		row:   reflect.TypeFor[Rollout](),
 		stats: []string{"run", "position", "model_id", "harness_id", "task_id", "finish_reason"},
 	}
 
 	SFT = Table{
 		Name:    "sft",
-		Version: 1,
+		Version: 2,
 		Arrow: arrow.NewSchema([]arrow.Field{
 			str("example_id"),
 			str("episode_id"),
 			str("task_id"),
 			list("messages", messageType),
 			list("train_mask", arrow.FixedWidthTypes.Boolean),
+			str("tools"),
 		}, nil),
+		added: []string{"messages[].reasoning", "tools"},
 		row:   reflect.TypeFor[SFTExample](),
 		stats: []string{"example_id", "episode_id", "task_id"},
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -44,7 +45,8 @@ func Validate(ra io.ReaderAt, size int64, table Table) error {
 }
 
 // ValidateSchema checks that got has every column of table with a compatible
-// type; extra columns are allowed. Compatible means: the same kind of type
+// type; extra columns are allowed, and so are missing columns the table added after
+// version 1 (they read as zero values). Compatible means: the same kind of type
 // (string, binary, bool, integer, floating point, list, struct); strings,
 // lists and integers and floats of any width or layout (large_string,
 // string_view, large_list, int64 for int32, ...); nullability is ignored,
@@ -54,11 +56,14 @@ func ValidateSchema(got *arrow.Schema, table Table) error {
 	var problems []string
 	for _, want := range table.Arrow.Fields() {
 		idx := got.FieldIndices(want.Name)
+		if len(idx) == 0 && slices.Contains(table.added, want.Name) {
+			continue
+		}
 		if len(idx) == 0 {
 			problems = append(problems, fmt.Sprintf("column %q: missing (expected %s)", want.Name, TypeString(want.Type)))
 			continue
 		}
-		problems = checkType(problems, want.Name, want.Type, got.Field(idx[0]).Type)
+		problems = checkType(problems, table.added, want.Name, want.Type, got.Field(idx[0]).Type)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: table %s v%d: %s", ErrSchemaMismatch, table.Name, table.Version, strings.Join(problems, "; "))
@@ -66,23 +71,26 @@ func ValidateSchema(got *arrow.Schema, table Table) error {
 	return nil
 }
 
-func checkType(problems []string, path string, want, got arrow.DataType) []string {
+func checkType(problems, added []string, path string, want, got arrow.DataType) []string {
 	if typeKind(want) != typeKind(got) {
 		return append(problems, fmt.Sprintf("column %q: expected %s, found %s", path, TypeString(want), TypeString(got)))
 	}
 	switch w := want.(type) {
 	case arrow.ListLikeType:
-		return checkType(problems, path+"[]", w.Elem(), got.(arrow.ListLikeType).Elem())
+		return checkType(problems, added, path+"[]", w.Elem(), got.(arrow.ListLikeType).Elem())
 	case *arrow.StructType:
 		g := got.(*arrow.StructType)
 		for _, wf := range w.Fields() {
 			sub := path + "." + wf.Name
 			i, ok := g.FieldIdx(wf.Name)
+			if !ok && slices.Contains(added, sub) {
+				continue
+			}
 			if !ok {
 				problems = append(problems, fmt.Sprintf("column %q: missing (expected %s)", sub, TypeString(wf.Type)))
 				continue
 			}
-			problems = checkType(problems, sub, wf.Type, g.Field(i).Type)
+			problems = checkType(problems, added, sub, wf.Type, g.Field(i).Type)
 		}
 	}
 	return problems
