@@ -35,6 +35,9 @@ type Request struct {
 	// Tools are native function tools; nil for tag-based tools, which the
 	// harness parses from the text.
 	Tools []Tool
+	// ToolChoice is sent with Tools when set: auto, none, required, or the
+	// name of the one tool the model must call.
+	ToolChoice string
 	// Sampling overrides Config.Sampling field by field.
 	Sampling Sampling
 	// Seed overrides Sampling.Seed; a rollout's seed goes here.
@@ -52,6 +55,9 @@ type Response struct {
 	Reasoning    string
 	ToolCalls    []schemas.ToolCall
 	FinishReason string
+	// StopReason is the stop sequence that ended the reply when the server
+	// says so (vLLM's stop_reason); such servers leave it out of Content.
+	StopReason string
 	// Model is the model id as the server reports it: the checkpoint that
 	// actually answered.
 	Model            string
@@ -74,7 +80,7 @@ type Response struct {
 // Message returns the response as the assistant message to append to the
 // conversation.
 func (r *Response) Message() schemas.Message {
-	return schemas.Message{Role: "assistant", Content: r.Content, ToolCalls: r.ToolCalls}
+	return schemas.Message{Role: "assistant", Content: r.Content, ToolCalls: r.ToolCalls, Reasoning: r.Reasoning}
 }
 
 // Client sends chat completions to one model served by one or more
@@ -292,6 +298,9 @@ func (c *Client) build(req Request) ([]byte, error) {
 	var err error
 	if w.Tools, err = toWireTools(req.Tools); err != nil {
 		return nil, err
+	}
+	if len(w.Tools) > 0 {
+		w.ToolChoice = toolChoice(req.ToolChoice)
 	}
 	s := c.cfg.Sampling.over(req.Sampling)
 	if req.Seed != nil {

@@ -120,7 +120,7 @@ const (
 
 // ownedKeys are body fields that typed parameters set; an Extra with one of
 // these names would silently fight them.
-var ownedKeys = []string{"model", "messages", "tools", "temperature", "top_p", "top_k",
+var ownedKeys = []string{"model", "messages", "tools", "tool_choice", "temperature", "top_p", "top_k",
 	"max_tokens", "max_completion_tokens", "seed", "stop", "stream"}
 
 func checkExtra(extra map[string]any, where string) error {

@@ -19,6 +19,7 @@ type wireRequest struct {
 	Model       string        `json:"model"`
 	Messages    []wireMessage `json:"messages"`
 	Tools       []wireTool    `json:"tools,omitempty"`
+	ToolChoice  any           `json:"tool_choice,omitempty"`
 	Temperature *float64      `json:"temperature,omitempty"`
 	TopP        *float64      `json:"top_p,omitempty"`
 	TopK        *int          `json:"top_k,omitempty"`
@@ -35,6 +36,11 @@ type wireMessage struct {
 	Name       string         `json:"name,omitempty"` // tool messages too: vLLM's and Ollama's templates use it
 	ToolCallID string         `json:"tool_call_id,omitempty"`
 	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	// ReasoningContent gives an earlier assistant turn's reasoning back,
+	// under the key chat templates (Qwen3's) read: inside a tool-call
+	// chain the template renders it, and the model must see at rollout
+	// what the trainer renders.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 type wireToolCall struct {
@@ -72,6 +78,7 @@ func toWire(msgs []schemas.Message) ([]wireMessage, error) {
 			if m.Content == "" && len(m.ToolCalls) > 0 {
 				w.Content = nil
 			}
+			w.ReasoningContent = m.Reasoning
 			if len(m.ToolCalls) > 0 {
 				w.ToolCalls = make([]wireToolCall, len(m.ToolCalls))
 				for j, tc := range m.ToolCalls {
@@ -92,6 +99,21 @@ func toWire(msgs []schemas.Message) ([]wireMessage, error) {
 		out[i] = w
 	}
 	return out, nil
+}
+
+// ToolsJSON is tools as the request's tools array, in JSON: what a chat
+// template renders, kept with the rollout so that training renders the
+// same.
+func ToolsJSON(tools []Tool) (string, error) {
+	w, err := toWireTools(tools)
+	if err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(w)
+	if err != nil {
+		return "", fmt.Errorf("tools as JSON: %w", err)
+	}
+	return string(data), nil
 }
 
 func toWireTools(tools []Tool) ([]wireTool, error) {
@@ -128,6 +150,9 @@ type wireCompletion struct {
 			} `json:"tool_calls"`
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
+		// StopReason is vLLM's: the stop string (or token id) that ended
+		// the reply, null otherwise.
+		StopReason json.RawMessage `json:"stop_reason"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens     int64 `json:"prompt_tokens"`
@@ -175,6 +200,10 @@ func fromWire(wc *wireCompletion) (*Response, error) {
 	}
 	if r.Reasoning == "" {
 		r.Reasoning = validUTF8(ch.Message.Reasoning)
+	}
+	var stop string
+	if json.Unmarshal(ch.StopReason, &stop) == nil {
+		r.StopReason = validUTF8(stop)
 	}
 	for i, tc := range ch.Message.ToolCalls {
 		if tc.Type != "" && tc.Type != "function" {
@@ -264,6 +293,13 @@ func appendRequest(dst []byte, w *wireRequest, msgs []schemas.Message) ([]byte, 
 		}
 		dst = append(append(dst, `,"tools":`...), tools...)
 	}
+	if w.ToolChoice != nil {
+		choice, err := json.Marshal(w.ToolChoice)
+		if err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+		dst = append(append(dst, `,"tool_choice":`...), choice...)
+	}
 	if w.Temperature != nil {
 		dst = appendJSONFloat(append(dst, `,"temperature":`...), *w.Temperature)
 	}
@@ -341,6 +377,10 @@ func appendMessage(dst []byte, i int, m *schemas.Message) ([]byte, error) {
 		}
 		dst = append(dst, ']')
 	}
+	if m.Role == "assistant" && m.Reasoning != "" {
+		dst = append(dst, `,"reasoning_content":`...)
+		dst = appendJSONString(dst, m.Reasoning)
+	}
 	return append(dst, '}'), nil
 }
 
@@ -415,4 +455,16 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// toolChoice is tool_choice on the wire: the modes as strings, a tool's
+// name as OpenAI's named-function object; nil (not sent) when unset.
+func toolChoice(s string) any {
+	switch s {
+	case "":
+		return nil
+	case "auto", "none", "required":
+		return s
+	}
+	return map[string]any{"type": "function", "function": map[string]any{"name": s}}
 }

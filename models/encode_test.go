@@ -40,6 +40,8 @@ func TestAppendRequestMatchesEncodingJSON(t *testing.T) {
 		schemas.Message{Role: "assistant", Content: "", ToolCalls: []schemas.ToolCall{{ID: "c<1>", Name: "search", Arguments: `{"q":"x"}`}, {Name: "n"}}},
 		schemas.Message{Role: "assistant", Content: "text too", ToolCalls: []schemas.ToolCall{{ID: "c2", Name: "calc", Arguments: ""}}},
 		schemas.Message{Role: "assistant", Content: ""},
+		schemas.Message{Role: "assistant", Content: "", Reasoning: "think <first>", ToolCalls: []schemas.ToolCall{{ID: "c3", Name: "search", Arguments: "{}"}}},
+		schemas.Message{Role: "assistant", Content: "a", Reasoning: "r"},
 		schemas.Message{Role: "tool", Content: "r", Name: "search", ToolCallID: "c<1>"},
 	)
 	f := func(v float64) *float64 { return &v }
@@ -57,6 +59,8 @@ func TestAppendRequestMatchesEncodingJSON(t *testing.T) {
 		{"float formats", wireRequest{Model: "m", Temperature: f(1e-7), TopP: f(1e21)}, msgs[:1]},
 		{"float formats 2", wireRequest{Model: "m", Temperature: f(-3.25e-10), TopP: f(123456789.125)}, msgs[:1]},
 		{"tools", wireRequest{Model: "m", Tools: []wireTool{{Type: "function", Function: wireToolFunction{Name: "search", Parameters: map[string]any{"type": "object"}}}}}, msgs[:1]},
+		{"tool choice mode", wireRequest{Model: "m", Tools: []wireTool{{Type: "function", Function: wireToolFunction{Name: "search"}}}, ToolChoice: toolChoice("required")}, msgs[:1]},
+		{"tool choice named", wireRequest{Model: "m", Tools: []wireTool{{Type: "function", Function: wireToolFunction{Name: "search"}}}, ToolChoice: toolChoice("search")}, msgs[:1]},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,8 +15,13 @@
 //     a conversation as <|bos|> (<|role|> content <|end|>)* [<|assistant|>]
 //     and flags the tokens an assistant wrote (content and closing <|end|>);
 //     those flags are the loss mask. Native tool calls are written into the
-//     text as <tool_call>{"name":…,"arguments":…}</tool_call>. Decode stops
-//     at <|end|> or <|eos|>.
+//     text as <tool_call>{"name":…,"arguments":…}</tool_call>, one a line
+//     after the content. EncodeTools renders tools offered to the model as
+//     a system turn right after <|bos|>: <tools>, one JSON line per tool
+//     ({"name","description","parameters"}, schema keys sorted), </tools>;
+//     with no tools it is Encode, byte for byte. The markers are plain
+//     bytes, so the vocabulary did not change. Decode stops at <|end|> or
+//     <|eos|>.
 //   - Model: learned token and position embeddings; per block pre-RMSNorm
 //     (gain, no bias), causal multi-head attention (fused QKV with bias,
 //     output projection with bias), pre-RMSNorm ReLU MLP with biases; final

@@ -1,7 +1,9 @@
 package local
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -53,10 +55,96 @@ func roleToken(role string) (int, error) {
 	return 0, fmt.Errorf("unknown role %q", role)
 }
 
+// Markers of native tool use in the chat template. They are plain bytes,
+// not special tokens: the byte vocabulary holds every character they need.
+const (
+	ToolsOpen     = "<tools>"
+	ToolsClose    = "</tools>"
+	ToolCallOpen  = "<tool_call>"
+	ToolCallClose = "</tool_call>"
+)
+
+// Tool is a function tool as the chat template lists it.
+type Tool struct {
+	Name        string
+	Description string
+	// Parameters is the JSON schema of the arguments object; empty or null
+	// for none.
+	Parameters json.RawMessage
+}
+
+// ToolsText is the content of the system turn that lists tools, one JSON
+// line per tool between <tools> and </tools> lines:
+//
+//	<tools>
+//	{"name":"search","description":"…","parameters":{…}}
+//	</tools>
+//
+// Keys come in that order; description and parameters are left out when
+// empty. The parameters schema is re-encoded canonically (compact, object
+// keys sorted, numbers as written, <, > and & escaped as \u003c…), so the
+// same tools render the same bytes whether they came from a request body
+// or from a Go map.
+func ToolsText(tools []Tool) (string, error) {
+	var b strings.Builder
+	b.WriteString(ToolsOpen)
+	for i, t := range tools {
+		if t.Name == "" {
+			return "", fmt.Errorf("tool %d: no name", i)
+		}
+		line := struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description,omitempty"`
+			Parameters  json.RawMessage `json:"parameters,omitempty"`
+		}{Name: t.Name, Description: t.Description}
+		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && string(p) != "null" {
+			canon, err := canonicalJSON(p)
+			if err != nil {
+				return "", fmt.Errorf("tool %d (%s): parameters: %w", i, t.Name, err)
+			}
+			line.Parameters = canon
+		}
+		enc, err := json.Marshal(line)
+		if err != nil {
+			return "", fmt.Errorf("tool %d (%s): %w", i, t.Name, err)
+		}
+		b.WriteByte('\n')
+		b.Write(enc)
+	}
+	b.WriteByte('\n')
+	b.WriteString(ToolsClose)
+	return b.String(), nil
+}
+
+// canonicalJSON re-encodes a JSON value with sorted object keys.
+func canonicalJSON(raw []byte) (json.RawMessage, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() {
+		return nil, errors.New("trailing data after the JSON value")
+	}
+	return json.Marshal(v)
+}
+
+// ToolCallPrefix is how the template starts an assistant's call of the
+// named tool, up to its arguments: <tool_call>{"name":"NAME","arguments":
+func ToolCallPrefix(name string) string {
+	n, _ := json.Marshal(name)
+	return ToolCallOpen + `{"name":` + string(n) + `,"arguments":`
+}
+
 // messageText is the content the model reads or writes for a message.
 // Native tool calls of an assistant message are appended as
-// <tool_call>{"name":…,"arguments":…}</tool_call> lines, so a byte model
-// sees the same text a tag-based harness would parse.
+// <tool_call>{"name":…,"arguments":…}</tool_call>, each on its own line
+// after the content (no newline before the first when there is no
+// content), so a byte model sees the same text a tag-based harness would
+// parse. The call is encoding/json's compact form (keys name, arguments;
+// <, > and & escaped, so the JSON never holds </tool_call>); arguments
+// that are not JSON are written as a JSON string.
 func messageText(m schemas.Message) string {
 	if len(m.ToolCalls) == 0 {
 		return m.Content
@@ -75,9 +163,9 @@ func messageText(m schemas.Message) string {
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString("<tool_call>")
+		b.WriteString(ToolCallOpen)
 		b.Write(call)
-		b.WriteString("</tool_call>")
+		b.WriteString(ToolCallClose)
 	}
 	return b.String()
 }
@@ -89,10 +177,31 @@ func messageText(m schemas.Message) string {
 // and returns the token ids and, per token, whether an assistant wrote it
 // (the content bytes and closing <|end|> of assistant messages; not the
 // header, which the template supplies). The trailing <|assistant|> is
-// added when addGenerationPrompt is set.
+// added when addGenerationPrompt is set. It is EncodeTools with no tools.
 func Encode(msgs []schemas.Message, addGenerationPrompt bool) ([]int, []bool, error) {
+	return EncodeTools(msgs, nil, addGenerationPrompt)
+}
+
+// EncodeTools is Encode for a conversation that offers tools: when there
+// are any, a system turn holding ToolsText(tools) comes first, right after
+// <|bos|>:
+//
+//	<|bos|> [<|system|> ToolsText <|end|>] (<|role|> content-bytes <|end|>)* [<|assistant|>]
+//
+// With no tools the rendering is Encode's, byte for byte.
+func EncodeTools(msgs []schemas.Message, tools []Tool, addGenerationPrompt bool) ([]int, []bool, error) {
 	ids := []int{TokBOS}
 	mask := []bool{false}
+	if len(tools) > 0 {
+		text, err := ToolsText(tools)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode tools: %w", err)
+		}
+		ids = append(ids, TokSystem)
+		ids = append(ids, EncodeText(text)...)
+		ids = append(ids, TokEnd)
+		mask = append(mask, make([]bool, len(text)+2)...)
+	}
 	for i, m := range msgs {
 		rt, err := roleToken(m.Role)
 		if err != nil {
@@ -142,3 +251,29 @@ func Decode(ids []int) (string, bool) {
 }
 
 func isStop(id int) bool { return id == TokEnd || id == TokEOS }
+
+// ToolsFromJSON reads an OpenAI tools array (what the rollout stage keeps
+// in a row's tools column) as the template's tools; "" is none.
+func ToolsFromJSON(data string) ([]Tool, error) {
+	if data == "" {
+		return nil, nil
+	}
+	var wire []struct {
+		Function struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal([]byte(data), &wire); err != nil {
+		return nil, fmt.Errorf("tools: not an OpenAI tools array: %w", err)
+	}
+	out := make([]Tool, len(wire))
+	for i, w := range wire {
+		if w.Function.Name == "" {
+			return nil, fmt.Errorf("tools[%d]: no function name", i)
+		}
+		out[i] = Tool{Name: w.Function.Name, Description: w.Function.Description, Parameters: w.Function.Parameters}
+	}
+	return out, nil
+}

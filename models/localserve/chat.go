@@ -42,6 +42,9 @@ type chatRequest struct {
 	Stop                json.RawMessage `json:"stop"`
 	Stream              bool            `json:"stream"`
 	N                   *int            `json:"n"`
+	// Tools is nil when "tools" is absent or null.
+	Tools      []wireTool      `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
 }
 
 type chatResponse struct {
@@ -56,10 +59,25 @@ type chatResponse struct {
 type chatChoice struct {
 	Index   int `json:"index"`
 	Message struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+		Role string `json:"role"`
+		// Content is null when the reply is only tool calls (vLLM's
+		// hermes parser under tool_choice "auto").
+		Content   *string       `json:"content"`
+		ToolCalls []outToolCall `json:"tool_calls"` // [] when none, as vLLM sends
 	} `json:"message"`
 	FinishReason string `json:"finish_reason"`
+	// StopReason is the stop string that ended the reply, null otherwise
+	// (vLLM's field; the end token is not a stop string).
+	StopReason *string `json:"stop_reason"`
+}
+
+type outToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"` // JSON text
+	} `json:"function"`
 }
 
 type usage struct {
@@ -151,36 +169,92 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "InternalServerError", "%v", res.err)
 		return
 	}
-	g := res.gen
+	writeJSON(w, s.reply(sv, j, res.gen))
+}
+
+// reply turns a generation into the chat.completion body: stop strings
+// first, then (when the request offered tools) tool calls, as vLLM
+// applies its stop checker before its tool parser.
+func (s *Server) reply(sv *served, j *job, g local.Generation) chatResponse {
 	text, reason, completion := g.Text, g.FinishReason, g.CompletionTokens
+	var stopReason *string
 	if cut, ok := cutStop(text, j.stop); ok {
-		text, reason, completion = text[:cut.at], "stop", cut.at+cut.n
+		st := text[cut.at : cut.at+cut.n]
+		text, reason, completion, stopReason = text[:cut.at], "stop", cut.at+cut.n, &st
 	}
+	if j.tools.choice == choiceNamed {
+		// One call of the named tool, as vLLM's named function calling
+		// returns: the reply ends with the first </tool_call>.
+		if i := strings.Index(text, local.ToolCallClose); i >= 0 {
+			n := i + len(local.ToolCallClose)
+			text, reason, completion, stopReason = text[:n], "stop", n, nil
+		}
+	}
+	text = j.prefill + text
 	resp := chatResponse{
 		ID:      fmt.Sprintf("chatcmpl-%d", s.ids.Add(1)),
 		Object:  "chat.completion",
 		Created: time.Now().Unix(),
 		Model:   sv.name,
-		Choices: []chatChoice{{FinishReason: reason}},
+		Choices: []chatChoice{{FinishReason: reason, StopReason: stopReason}},
 		Usage:   usage{PromptTokens: g.PromptTokens, CompletionTokens: completion, TotalTokens: g.PromptTokens + completion},
 	}
-	resp.Choices[0].Message.Role = "assistant"
-	resp.Choices[0].Message.Content = text
-	writeJSON(w, resp)
+	msg := &resp.Choices[0].Message
+	msg.Role = "assistant"
+	msg.Content = &text
+	msg.ToolCalls = []outToolCall{}
+	if !j.tools.parse() {
+		return resp
+	}
+	content, calls, ok := parseToolCalls(text)
+	if !ok {
+		if strings.Contains(text, local.ToolCallOpen) {
+			s.log.Debug("localserve: tool call does not parse; the text is the content", "model", sv.name, "text", text)
+		}
+		return resp // hermes: a block that does not parse leaves the text as content
+	}
+	for _, c := range calls {
+		var oc outToolCall
+		oc.ID, oc.Type = c.ID, "function"
+		oc.Function.Name, oc.Function.Arguments = c.Name, c.Arguments
+		msg.ToolCalls = append(msg.ToolCalls, oc)
+	}
+	switch j.tools.choice {
+	case choiceAuto:
+		// vLLM: null content when there is no text before the first call,
+		// and finish_reason "tool_calls" whatever ended the decoding.
+		msg.Content = nil
+		if content != "" {
+			msg.Content = &content
+		}
+		resp.Choices[0].FinishReason = "tool_calls"
+	case choiceRequired:
+		msg.Content = &content
+		if reason == "stop" {
+			resp.Choices[0].FinishReason = "tool_calls"
+		}
+	case choiceNamed:
+		// vLLM (and OpenAI): "" content and the decoder's finish reason,
+		// "stop", for a named call.
+		msg.Content = &content
+	}
+	return resp
 }
 
 type stopCut struct{ at, n int }
 
-// cutStop finds the earliest stop sequence in text; byte tokens make the
-// text's byte offsets token counts.
+// cutStop finds the stop sequence that ends the text, as vLLM's stop
+// checker does while decoding one token at a time: the one whose first
+// match completes earliest, the first listed of those that complete at
+// the same token. Byte tokens make the text's byte offsets token counts.
 func cutStop(text string, stops []string) (stopCut, bool) {
-	best, ok := stopCut{at: len(text) + 1}, false
+	best, end, ok := stopCut{}, len(text)+1, false
 	for _, st := range stops {
 		if st == "" {
 			continue
 		}
-		if i := strings.Index(text, st); i >= 0 && i < best.at {
-			best, ok = stopCut{at: i, n: len(st)}, true
+		if i := strings.Index(text, st); i >= 0 && i+len(st) < end {
+			best, end, ok = stopCut{at: i, n: len(st)}, i+len(st), true
 		}
 	}
 	return best, ok
@@ -248,20 +322,34 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 	}
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, errors.New("stop cannot contain an empty string.")
+		}
 		return []string{one}, nil
 	}
 	var many []string
 	if err := json.Unmarshal(raw, &many); err != nil {
 		return nil, errors.New("stop: want a string or a list of strings")
 	}
+	for _, st := range many {
+		if st == "" {
+			return nil, errors.New("stop cannot contain an empty string.")
+		}
+	}
 	return many, nil
 }
 
 func (s *Server) makeJob(sv *served, msgs []schemas.Message, req *chatRequest) (*job, error) {
-	ids, _, err := local.Encode(msgs, true)
+	tools, err := parseToolSpec(req.Tools, req.Tools != nil, req.ToolChoice)
 	if err != nil {
 		return nil, err
 	}
+	ids, _, err := local.EncodeTools(msgs, tools.tools, true)
+	if err != nil {
+		return nil, err
+	}
+	prefill := tools.prefill()
+	ids = append(ids, local.EncodeText(prefill)...)
 	ctxLen := sv.m.Config().Context
 	o := local.SampleOptions{Temperature: 1}
 	if req.Temperature != nil {
@@ -304,7 +392,7 @@ func (s *Server) makeJob(sv *served, msgs []schemas.Message, req *chatRequest) (
 		}
 		ids = truncate(ids, ctxLen-min(o.MaxNewTokens, ctxLen/4))
 	}
-	return &job{model: sv, prompt: ids, opts: o, stop: stop, res: make(chan result, 1)}, nil
+	return &job{model: sv, prompt: ids, opts: o, stop: stop, tools: tools, prefill: prefill, res: make(chan result, 1)}, nil
 }
 
 // truncate keeps <|bos|> and the last keep-1 tokens.

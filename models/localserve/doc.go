@@ -6,22 +6,56 @@
 //   - POST /v1/chat/completions, non-streaming only ("stream": true and
 //     "n" > 1 are 400). temperature (default 1), top_p, top_k (-1 or 0: all),
 //     max_tokens or max_completion_tokens (default: the rest of the context),
-//     seed and stop (a string or a list) are honoured; tools and other vendor
-//     fields are ignored (the byte model writes tool calls as text). The
-//     reply's "model" is the served name that answered; usage counts tokens
-//     of the byte tokenizer.
+//     seed, stop (a string or a list), tools and tool_choice are honoured;
+//     other vendor fields are ignored. The reply's "model" is the served
+//     name that answered; usage counts tokens of the byte tokenizer. The
+//     choice carries vLLM's "stop_reason" and the message "tool_calls"
+//     ([] when there are none).
+//   - Tools, as vLLM serves them with --enable-auto-tool-choice and the
+//     hermes parser: "tools" is a list of {"type":"function","function":
+//     {"name","description","parameters"}} (type may be left out; a
+//     function with a name is required, parameters must be an object), and
+//     local.EncodeTools renders them as a system turn before the
+//     conversation (see package local). tool_choice is "auto" (the default
+//     with tools), "none" (tools are still rendered, as vLLM does by
+//     default, but the reply is not parsed), "required", or
+//     {"type":"function","function":{"name"}} naming one of the tools;
+//     anything else is 400 with vLLM's messages, so is a tool_choice other
+//     than "none" without "tools", and "required" with an empty list acts
+//     as "none". The byte model has no constrained decoding: for
+//     "required" the server writes <tool_call> at the start of the
+//     assistant turn, for a named tool <tool_call>{"name":"NAME",
+//     "arguments": (the template's own form, so the prompt is the tokens
+//     the turn renders to), and the reply's text starts with that prefill;
+//     a named reply ends after its first </tool_call>.
+//   - Tool calls are parsed, when tools are offered and tool_choice is not
+//     "none", like vLLM's hermes parser: every <tool_call>…</tool_call>
+//     block, and a last one left open, must be a JSON object with a string
+//     "name" and an object "arguments", else the whole text is the content
+//     and there are no calls. Parsed calls get ids "chatcmpl-tool-" and 32
+//     random hex digits, arguments as compact JSON text; content is the
+//     text before the first call less one "\n" (the template's separator,
+//     so the reply renders back to what the model wrote). With "auto",
+//     content is null when empty and finish_reason is "tool_calls"; with
+//     "required", content is "" and finish_reason "tool_calls" when the
+//     decoding stopped (not at max_tokens); with a named tool, content is
+//     "" and finish_reason "stop", as vLLM and OpenAI answer.
 //   - Seeds: a request with a seed gets the same text whatever else is
 //     batched with it (it draws from the PCG stream (seed, 0), see
 //     local.Model.GenerateEach); without one the server picks a seed.
 //   - Prompts that fill the context: by default the oldest tokens after
 //     <|bos|> are dropped so that the prompt leaves room for
-//     min(max_tokens, context/4) new tokens; the latest turns and the
-//     generation prompt survive (a byte model's context is a few hundred
+//     min(max_tokens, context/4) new tokens (the tools turn, which comes
+//     first, goes first); the latest turns and the generation prompt survive (a byte model's context is a few hundred
 //     bytes, less than many system prompts). With Options.NoTruncate such a
 //     prompt is a 400, as vLLM answers past max_model_len.
-//   - Stop sequences are applied to the decoded text: the reply ends before
-//     the first one (finish_reason "stop"), and completion_tokens counts the
-//     tokens up to and including it.
+//   - Stop sequences are applied to the decoded text before tool calls are
+//     parsed, as vLLM's stop checker does token by token: the one whose
+//     first match completes earliest wins (the first listed on a tie), the
+//     reply ends before it (finish_reason "stop", stop_reason the stop
+//     string; vLLM's include_stop_str_in_output false), and
+//     completion_tokens counts the tokens up to and including it. An empty
+//     stop string is 400, as in vLLM. An end token gives stop_reason null.
 //   - Requests arriving together are decoded in one batched Generate call
 //     per served model: a batch closes after Options.Window (2 ms) without
 //     a new request, after 5 Windows in all, or at Options.MaxBatch (64);

@@ -9,7 +9,11 @@ import (
 )
 
 // FuzzChatBody: any body gets a JSON answer, a 200 with one choice or an
-// OpenAI-style error, never a panic or a hang.
+// OpenAI-style error, never a panic or a hang. A 200's finish_reason is
+// stop, length or tool_calls (then with calls), stop_reason is null or a
+// stop string, tool_calls is a list, empty unless the request offered
+// tools and tool_choice is not "none", and every call has a
+// chatcmpl-tool- id, type function and a JSON object as arguments.
 func FuzzChatBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"model":"base","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`,
@@ -21,6 +25,14 @@ func FuzzChatBody(f *testing.F) {
 		`{"messages":[{"role":"user","content":{"x":1}}]}`,
 		`{"stream":true}`,
 		`[]`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"x":{"type":"integer"}}}}}]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tools":[{"function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none","stop":["<tool_call>"]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tools":[],"tool_choice":"required"}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tool_choice":{"function":{"name":1}}}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tools":[{"type":"function","function":{"name":"f","parameters":"x"}}]}`,
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"a","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}],"max_tokens":4,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto"}`,
 	} {
 		f.Add(seed)
 	}
@@ -41,7 +53,16 @@ func FuzzChatBody(f *testing.F) {
 		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, PathChat, strings.NewReader(body)))
 		var resp struct {
 			Choices []struct {
-				FinishReason string `json:"finish_reason"`
+				FinishReason string  `json:"finish_reason"`
+				StopReason   *string `json:"stop_reason"`
+				Message      struct {
+					Content   *string `json:"content"`
+					ToolCalls []struct {
+						ID       string `json:"id"`
+						Type     string `json:"type"`
+						Function struct{ Name, Arguments string }
+					} `json:"tool_calls"`
+				} `json:"message"`
 			}
 			Error *struct{ Message, Type string }
 		}
@@ -50,8 +71,38 @@ func FuzzChatBody(f *testing.F) {
 		}
 		switch {
 		case w.Code == http.StatusOK:
-			if len(resp.Choices) != 1 || (resp.Choices[0].FinishReason != "stop" && resp.Choices[0].FinishReason != "length") {
+			if len(resp.Choices) != 1 {
 				t.Fatalf("200 with %s", w.Body.String())
+			}
+			c := resp.Choices[0]
+			switch c.FinishReason {
+			case "stop", "length":
+			case "tool_calls":
+				if len(c.Message.ToolCalls) == 0 {
+					t.Fatalf("finish_reason tool_calls without calls: %s", w.Body.String())
+				}
+			default:
+				t.Fatalf("finish_reason %q: %s", c.FinishReason, w.Body.String())
+			}
+			if c.StopReason != nil && (*c.StopReason == "" || c.FinishReason == "length") {
+				t.Fatalf("stop_reason %q with finish_reason %s", *c.StopReason, c.FinishReason)
+			}
+			if c.Message.ToolCalls == nil {
+				t.Fatalf("tool_calls is not a list: %s", w.Body.String())
+			}
+			if len(c.Message.ToolCalls) > 0 {
+				if tools, _ := probe["tools"].([]any); len(tools) == 0 || probe["tool_choice"] == "none" {
+					t.Fatalf("tool calls for a request without tools in play: %s", w.Body.String())
+				}
+			}
+			if c.Message.Content == nil && len(c.Message.ToolCalls) == 0 {
+				t.Fatalf("null content and no tool calls: %s", w.Body.String())
+			}
+			for _, tc := range c.Message.ToolCalls {
+				var args map[string]any
+				if !strings.HasPrefix(tc.ID, "chatcmpl-tool-") || tc.Type != "function" || json.Unmarshal([]byte(tc.Function.Arguments), &args) != nil || args == nil {
+					t.Fatalf("tool call %+v", tc)
+				}
 			}
 		case resp.Error == nil || resp.Error.Message == "" || resp.Error.Type == "":
 			t.Fatalf("HTTP %d without an error object: %s", w.Code, w.Body.String())

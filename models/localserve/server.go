@@ -86,7 +86,11 @@ type job struct {
 	prompt []int
 	opts   local.SampleOptions
 	stop   []string
-	res    chan result // buffered: the batcher never blocks on a gone client
+	tools  toolSpec
+	// prefill is the start of the assistant turn the server wrote (see
+	// toolSpec.prefill); it ends the prompt and starts the reply's text.
+	prefill string
+	res     chan result // buffered: the batcher never blocks on a gone client
 }
 
 type result struct {

@@ -127,6 +127,55 @@ func TestChatRoundTrip(t *testing.T) {
 	if r.Content != "ye" || r.FinishReason != "stop" || r.CompletionTokens != 3 {
 		t.Errorf("stop s: %q %q %d", r.Content, r.FinishReason, r.CompletionTokens)
 	}
+	// The choice names the stop string that ended it (vLLM's stop_reason),
+	// null when the end token or max_tokens did; stop is a string or a list.
+	root := strings.TrimSuffix(f.url, "/v1")
+	for _, tc := range []struct {
+		stop any
+		max  int
+		want string
+	}{
+		{nil, 20, `"message":{"role":"assistant","content":"yes","tool_calls":[]},"finish_reason":"stop","stop_reason":null}`},
+		{"es", 20, `"message":{"role":"assistant","content":"y","tool_calls":[]},"finish_reason":"stop","stop_reason":"es"}`},
+		{[]string{"q", "s", "e"}, 20, `"message":{"role":"assistant","content":"y","tool_calls":[]},"finish_reason":"stop","stop_reason":"e"}`},
+		{[]string{"q"}, 2, `"message":{"role":"assistant","content":"ye","tool_calls":[]},"finish_reason":"length","stop_reason":null}`},
+	} {
+		body := map[string]any{"messages": []any{map[string]string{"role": "user", "content": "hi"}}, "temperature": 0, "max_tokens": tc.max}
+		if tc.stop != nil {
+			body["stop"] = tc.stop
+		}
+		if status, text := post(t, root+PathChat, body); status != 200 || !strings.Contains(text, tc.want) {
+			t.Errorf("stop %v: HTTP %d %s\nwant it to hold %s", tc.stop, status, text, tc.want)
+		}
+	}
+}
+
+func TestCutStop(t *testing.T) {
+	for _, tc := range []struct {
+		text  string
+		stops []string
+		want  string // the text kept, or "-" for no stop
+		stop  string
+	}{
+		{"abcd", nil, "-", ""},
+		{"abcd", []string{"x"}, "-", ""},
+		{"abcd", []string{"c"}, "ab", "c"},
+		{"abcd", []string{"bcd", "c"}, "ab", "c"},    // "c" completes first
+		{"abcd", []string{"bc", "c"}, "a", "bc"},     // both complete at "c": the first listed
+		{"abcd", []string{"c", "bc"}, "ab", "c"},     // likewise
+		{"abcabc", []string{"ca", "b"}, "a", "b"},    // the first match of each counts
+		{"<a></a>", []string{"</a>"}, "<a>", "</a>"}, // a stop is a string, not a token
+		{"abcd", []string{"abcd", "abcde"}, "", "abcd"},
+	} {
+		cut, ok := cutStop(tc.text, tc.stops)
+		got, stop := "-", ""
+		if ok {
+			got, stop = tc.text[:cut.at], tc.text[cut.at:cut.at+cut.n]
+		}
+		if got != tc.want || stop != tc.stop {
+			t.Errorf("cutStop(%q, %q) keeps %q stopped by %q, want %q by %q", tc.text, tc.stops, got, stop, tc.want, tc.stop)
+		}
+	}
 }
 
 func TestErrors(t *testing.T) {
@@ -146,6 +195,17 @@ func TestErrors(t *testing.T) {
 		{"too long", PathChat, map[string]any{"model": "base", "messages": []any{map[string]string{"role": "user", "content": long}}}, 400, "maximum context length"},
 		{"n", PathChat, map[string]any{"model": "base", "n": 2, "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "one choice"},
 		{"bad json", PathChat, "{", 400, "invalid JSON"},
+		{"empty stop", PathChat, map[string]any{"model": "base", "stop": []string{"x", ""}, "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "stop cannot contain an empty string"},
+		{"empty stop string", PathChat, map[string]any{"model": "base", "stop": "", "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "stop cannot contain an empty string"},
+		{"bad stop", PathChat, map[string]any{"model": "base", "stop": 3, "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "stop: want a string"},
+		{"tool_choice unknown", PathChat, map[string]any{"model": "base", "tool_choice": "any", "tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "f"}}},
+			"messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "Invalid value for `tool_choice`"},
+		{"tool_choice without tools", PathChat, map[string]any{"model": "base", "tool_choice": "required", "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "`tools` must be set"},
+		{"tool_choice names no tool", PathChat, map[string]any{"model": "base", "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "g"}},
+			"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "f"}}}, "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "does not match"},
+		{"tool without name", PathChat, map[string]any{"model": "base", "tools": []any{map[string]any{"type": "function", "function": map[string]any{}}},
+			"messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "name is required"},
+		{"tools not a list", PathChat, map[string]any{"model": "base", "tools": "f", "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "invalid JSON body"},
 		{"load no path", PathLoad, map[string]string{"lora_name": "x"}, 400, "must be provided"},
 		{"load missing file", PathLoad, map[string]string{"lora_name": "x", "lora_path": "/nonexistent/ckpt"}, 400, "nonexistent"},
 		{"load base name", PathLoad, map[string]string{"lora_name": "base", "lora_path": "/x"}, 400, "already been loaded"},

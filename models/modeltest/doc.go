@@ -4,10 +4,21 @@
 //
 // Each call's reply comes from a Handler: a script of replies in call order
 // (Script), one reply for every call (Always), or any func of the decoded
-// request. A Reply either answers (content, tool calls, finish reason,
-// model id, usage) or injects a fault: 429 with Retry-After, 500, 503, any
-// status, a dropped connection (before or in the middle of the body), a
-// malformed or truncated JSON body, or no choices; any reply may be delayed.
+// request. A Reply either answers (content, reasoning, tool calls, finish
+// reason, stop reason, model id, usage) or injects a fault: 429 with
+// Retry-After, 500, 503, any status, a dropped connection (before or in
+// the middle of the body), a malformed or truncated JSON body, or no
+// choices; any reply may be delayed.
+//
+// Answers take vLLM's chat.completion shape: the choice carries
+// "stop_reason" (null unless Reply.StopReason names the stop string or
+// token id) and the message "tool_calls" ([] when there are none; content
+// null when there are calls and no text), reasoning goes under
+// "reasoning_content" (or Reply.ReasoningField). Tool calls may be
+// scripted malformed: arguments that are not JSON, a name no tool has, an
+// empty ID (the "id" key is then left out), or any JSON at all in
+// Reply.RawToolCalls.
+//
 // SetSlots bounds the calls processed at once, the rest waiting in a
 // queue, as vLLM's max_num_seqs does: with a fixed Delay the server then
 // has a fixed capacity of slots/delay calls per second.

@@ -45,17 +45,34 @@ const (
 	FaultEmptyChoices Fault = "empty_choices"
 )
 
-// ToolCall is a native tool call in a reply.
+// ToolCall is a native tool call in a reply. An empty ID leaves the "id"
+// key out of the call (a server that forgot it); Arguments is sent as
+// given, JSON or not, and Name need not be one of the request's tools.
 type ToolCall = schemas.ToolCall
 
 // Reply is what the fake server does for one call.
 type Reply struct {
 	Content string
-	// Reasoning is sent as message.reasoning_content when set.
+	// Reasoning is sent as message.reasoning_content when set (or under
+	// ReasoningField).
 	Reasoning string
-	ToolCalls []ToolCall
-	// FinishReason defaults to "tool_calls" when ToolCalls are set, else "stop".
+	// ReasoningField is the key Reasoning goes under; default
+	// "reasoning_content". Newer vLLM releases send "reasoning".
+	ReasoningField string
+	ToolCalls      []ToolCall
+	// RawToolCalls, when set, is sent as message.tool_calls in place of
+	// ToolCalls: JSON (it must be JSON; a body that is not is
+	// FaultMalformed) for shapes a ToolCall cannot take: arguments as an
+	// object, no type, no function, a string where a list belongs, null.
+	RawToolCalls string
+	// FinishReason defaults to "tool_calls" when ToolCalls or RawToolCalls
+	// are set, else "stop".
 	FinishReason string
+	// StopReason is the choice's stop_reason, as vLLM reports it: the stop
+	// string (a string) or stop token id (an int) that ended the reply;
+	// nil sends null, what vLLM sends for any other end, the end-of-text
+	// token included.
+	StopReason any
 	// Model is the model id reported; default: the request's model.
 	Model string
 	// PromptTokens and CompletionTokens are the usage reported; when both
@@ -401,6 +418,10 @@ type wireMessage struct {
 	Name       string          `json:"name"`
 	ToolCallID string          `json:"tool_call_id"`
 	ToolCalls  []wireToolCall  `json:"tool_calls"`
+	// Reasoning given back on an earlier assistant turn: whale sends
+	// reasoning_content, newer vLLM clients reasoning.
+	ReasoningContent string `json:"reasoning_content"`
+	Reasoning        string `json:"reasoning"`
 }
 
 type wireTool struct {
@@ -435,7 +456,10 @@ func decode(req *Request) error {
 		if err != nil {
 			return fmt.Errorf("messages[%d].content: %v", i, err)
 		}
-		msg := Message{Role: m.Role, Content: content, Name: m.Name, ToolCallID: m.ToolCallID}
+		msg := Message{Role: m.Role, Content: content, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.ReasoningContent}
+		if msg.Reasoning == "" {
+			msg.Reasoning = m.Reasoning
+		}
 		for _, tc := range m.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
@@ -476,31 +500,45 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 	if model == "" {
 		model = req.Model
 	}
-	msg := map[string]any{"role": "assistant", "content": rep.Content}
-	if len(rep.ToolCalls) > 0 {
-		calls := make([]map[string]any, len(rep.ToolCalls))
+	msg := map[string]any{"role": "assistant", "content": rep.Content, "tool_calls": []any{}}
+	calls := len(rep.ToolCalls) > 0 || rep.RawToolCalls != ""
+	switch {
+	case rep.RawToolCalls != "":
+		if !json.Valid([]byte(rep.RawToolCalls)) {
+			panic(fmt.Sprintf("modeltest: Reply.RawToolCalls is not JSON: %q", rep.RawToolCalls))
+		}
+		msg["tool_calls"] = rawJSON(rep.RawToolCalls)
+	case len(rep.ToolCalls) > 0:
+		list := make([]map[string]any, len(rep.ToolCalls))
 		for i, tc := range rep.ToolCalls {
-			calls[i] = map[string]any{"id": tc.ID, "type": "function",
+			list[i] = map[string]any{"type": "function",
 				"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
+			if tc.ID != "" {
+				list[i]["id"] = tc.ID
+			}
 		}
-		msg["tool_calls"] = calls
-		if rep.Content == "" {
-			msg["content"] = nil // what vLLM sends with tool calls
-		}
+		msg["tool_calls"] = list
+	}
+	if calls && rep.Content == "" {
+		msg["content"] = nil // what vLLM sends with tool calls
 	}
 	if rep.Reasoning != "" {
-		msg["reasoning_content"] = rep.Reasoning
+		key := rep.ReasoningField
+		if key == "" {
+			key = "reasoning_content"
+		}
+		msg[key] = rep.Reasoning
 	}
 	finish := rep.FinishReason
 	if finish == "" {
 		finish = "stop"
-		if len(rep.ToolCalls) > 0 {
+		if calls {
 			finish = "tool_calls"
 		}
 	}
 	choices := []map[string]any{}
 	if withChoice {
-		choices = append(choices, map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil})
+		choices = append(choices, map[string]any{"index": 0, "message": msg, "finish_reason": finish, "stop_reason": rep.StopReason, "logprobs": nil})
 	}
 	body := map[string]any{
 		"id":      "chatcmpl-modeltest-" + strconv.Itoa(req.Call),
@@ -521,10 +559,15 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		panic(err) // only plain maps and strings: cannot fail
+		panic(err) // only plain maps, strings and rawJSON: cannot fail
 	}
 	return b
 }
+
+// rawJSON is JSON text written into a body as is (compacted).
+type rawJSON string
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return []byte(r), nil }
 
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")

@@ -235,3 +235,53 @@ func TestCloseAbandonsDelayedReplies(t *testing.T) {
 		t.Fatal("a reply came from a closed server")
 	}
 }
+
+// TestReplyShapes: scripted replies come back in vLLM's chat.completion
+// shape, the malformed ones as scripted.
+func TestReplyShapes(t *testing.T) {
+	cases := []struct {
+		name  string
+		reply modeltest.Reply
+		want  string // the choice, as JSON
+	}{
+		{"text", modeltest.Reply{Content: "hi"},
+			`{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"hi","role":"assistant","tool_calls":[]},"stop_reason":null}`},
+		{"stop string", modeltest.Reply{Content: "hi", StopReason: "Observation:"},
+			`{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"hi","role":"assistant","tool_calls":[]},"stop_reason":"Observation:"}`},
+		{"stop token id", modeltest.Reply{Content: "hi", StopReason: 151645},
+			`{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"hi","role":"assistant","tool_calls":[]},"stop_reason":151645}`},
+		{"tool call", modeltest.Reply{ToolCalls: []modeltest.ToolCall{{ID: "chatcmpl-tool-1", Name: "f", Arguments: `{"x":1}`}}},
+			`{"finish_reason":"tool_calls","index":0,"logprobs":null,"message":{"content":null,"role":"assistant","tool_calls":[{"function":{"arguments":"{\"x\":1}","name":"f"},"id":"chatcmpl-tool-1","type":"function"}]},"stop_reason":null}`},
+		{"text and a call without id, arguments not JSON, unknown tool", modeltest.Reply{Content: "let me see", ToolCalls: []modeltest.ToolCall{{Name: "nope", Arguments: `{"x":`}}},
+			`{"finish_reason":"tool_calls","index":0,"logprobs":null,"message":{"content":"let me see","role":"assistant","tool_calls":[{"function":{"arguments":"{\"x\":","name":"nope"},"type":"function"}]},"stop_reason":null}`},
+		{"raw tool calls", modeltest.Reply{RawToolCalls: `[{"id":"a","function":{"name":"f","arguments":{"x":1}}}]`, FinishReason: "stop"},
+			`{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":null,"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":{"x":1}}}]},"stop_reason":null}`},
+		{"raw tool calls not a list", modeltest.Reply{RawToolCalls: `"oops"`},
+			`{"finish_reason":"tool_calls","index":0,"logprobs":null,"message":{"content":null,"role":"assistant","tool_calls":"oops"},"stop_reason":null}`},
+		{"reasoning_content", modeltest.Reply{Content: "42", Reasoning: "6*7"},
+			`{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"42","reasoning_content":"6*7","role":"assistant","tool_calls":[]},"stop_reason":null}`},
+		{"reasoning under the newer key", modeltest.Reply{Content: "42", Reasoning: "6*7", ReasoningField: "reasoning"},
+			`{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"42","reasoning":"6*7","role":"assistant","tool_calls":[]},"stop_reason":null}`},
+		{"length", modeltest.Reply{Content: "ab", FinishReason: "length"},
+			`{"finish_reason":"length","index":0,"logprobs":null,"message":{"content":"ab","role":"assistant","tool_calls":[]},"stop_reason":null}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := modeltest.NewServer(t, modeltest.Always(tc.reply))
+			res, data, err := post(t, s, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != 200 {
+				t.Fatalf("status %d: %s", res.StatusCode, data)
+			}
+			var c struct{ Choices []json.RawMessage }
+			if err := json.Unmarshal(data, &c); err != nil || len(c.Choices) != 1 {
+				t.Fatalf("body %s: %v", data, err)
+			}
+			if got := string(c.Choices[0]); got != tc.want {
+				t.Errorf("choice\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
