@@ -17,6 +17,7 @@ var MessageShape = Record{
 		{Name: "content", Shape: StringShape},
 		{Name: "name", Shape: StringShape, Optional: true},
 		{Name: "tool_call_id", Shape: StringShape, Optional: true},
+		{Name: "reasoning", Shape: StringShape, Optional: true},
 		{Name: "tool_calls", Shape: ListOf{Elem: Record{Fields: []Field{
 			{Name: "id", Shape: StringShape, Optional: true},
 			{Name: "name", Shape: StringShape},
@@ -37,6 +38,7 @@ var ActionShape = Tagged{
 		"answer": Record{Open: true, Fields: []Field{
 			{Name: "kind", Shape: StringShape},
 			{Name: "answer", Shape: StringShape},
+			endField,
 		}},
 		"tool": Record{Open: true, Fields: []Field{
 			{Name: "kind", Shape: StringShape},
@@ -44,10 +46,12 @@ var ActionShape = Tagged{
 			{Name: "input", Shape: StringShape, Optional: true},
 			{Name: "args", Shape: DictShape, Optional: true},
 			{Name: "id", Shape: StringShape, Optional: true},
+			endField,
 		}},
 		"move": Record{Open: true, Fields: []Field{
 			{Name: "kind", Shape: StringShape},
 			{Name: "move", Shape: StringShape},
+			endField,
 		}},
 		"invalid": Record{Open: true, Fields: []Field{
 			{Name: "kind", Shape: StringShape},
@@ -55,6 +59,9 @@ var ActionShape = Tagged{
 		}},
 	},
 }
+
+// endField is where an action ends in the reply (see Action.End).
+var endField = Field{Name: "end", Shape: IntShape, Optional: true}
 
 // BoolOrNone is should_stop's result: Python code often falls off the end
 // of a function, and None counts as False.
@@ -70,7 +77,7 @@ const baseStateDoc = `The episode loop passes hooks a ` + "`state`" + ` dict wit
 | ` + "`last_action`" + ` | action or None | what parse_action made of the latest reply |
 | ` + "`retries`" + ` | dict | ` + "`{\"format\": n, \"illegal\": n}`" + `: retries used so far |
 
-A message is ` + "`{role, content}`" + ` (role one of system, user, assistant, tool) with optional ` + "`name`, `tool_call_id`" + ` and ` + "`tool_calls`" + ` (a list of ` + "`{id, name, arguments}`" + `).
+A message is ` + "`{role, content}`" + ` (role one of system, user, assistant, tool) with optional ` + "`name`, `tool_call_id`" + `, ` + "`reasoning`" + ` (the thinking the server returned apart from the content) and ` + "`tool_calls`" + ` (a list of ` + "`{id, name, arguments}`" + `).
 Hooks receive copies: changing them changes nothing in the loop; return what you want used.`
 
 // Base returns the contract every domain extends: the common constants and
@@ -113,6 +120,33 @@ func Base() *Contract {
 				Name: "MAX_TOKENS", Type: TypeInt, Default: 8192, Min: Bound(16), Max: Bound(131072),
 				Doc: "Completion-token budget of each model call.",
 			},
+			{
+				Name: "MAX_TOOL_RESULT_CHARS", Type: TypeInt, Default: 32768, Min: Bound(256), Max: Bound(1 << 20),
+				Doc: "Most characters of a tool result as the model sees it (what format_tool_result returned); longer " +
+					"text is cut and ends with a note saying how much was cut, so that one huge result cannot " +
+					"overflow the model's context.",
+			},
+			{
+				Name: "TOOLS", Type: TypeList, Default: []any{}, Shape: ListOf{Elem: ToolShape, Max: 32},
+				Doc: "The native function tools offered to the model on every call (OpenAI `tools`; vLLM parses the " +
+					"model's calls with its tool parser). Each entry is the name of a tool the domain offers (see " +
+					"Tools below), or a dict `{name, description?, parameters?}` that replaces the tool's description " +
+					"or its JSON-schema parameters. The loop runs every call of a reply and answers each with a `tool` " +
+					"message (format_tool_result, or on_error(\"tool\", ...) when the arguments are not JSON, do not " +
+					"match the parameters, or name a tool not offered). Empty: no native tools; parse_action may still " +
+					"ask for tools with tags.",
+			},
+			{
+				Name: "TOOL_CHOICE", Type: TypeString, Default: "",
+				Doc: "OpenAI `tool_choice` sent with TOOLS: `auto`, `none`, `required`, or the name of the one tool " +
+					"the model must call. Empty: not sent (the server's default, auto).",
+			},
+			{
+				Name: "STOP", Type: TypeList, Default: []any{}, Shape: ListOf{Elem: StringShape, Max: 16},
+				Doc: "Stop sequences sent with every call, after the experiment's `model.stop`. A server that stops " +
+					"at one leaves it out of the reply (vLLM reports it as stop_reason); the loop puts it back, so " +
+					"that parse_action sees the closing tag the model wrote.",
+			},
 		},
 		Hooks: []HookSpec{
 			{
@@ -129,9 +163,14 @@ func Base() *Contract {
 			},
 			{
 				Name: "parse_action", Params: []string{"text", "state"}, Returns: ActionShape,
-				Doc:        "Decide what the model's reply means. Return a dict with `kind` one of:\n\n" + ActionShape.Detail(),
+				Doc: "Decide what the model's reply means. Return a dict with `kind` one of:\n\n" + ActionShape.Detail() +
+					"\n\nAn action may carry `end`, the byte offset in `text` where the action ends (`m.end()` of the " +
+					"match that found it): the loop keeps `text[:end]` as the assistant message, so what the model " +
+					"wrote after its action (an invented `<information>` block, a second answer) is neither stored nor " +
+					"trained on; the whole reply stays in the trace. Without `end` the whole reply is kept. A reply " +
+					"with native tool calls is not passed to parse_action: its calls are the action.",
 				Default:    defaultParseAction,
-				DefaultDoc: "The text of the last `<answer>…</answer>` is the answer; otherwise the reply is invalid.",
+				DefaultDoc: "The text of the last `<answer>…</answer>` is the answer, and the reply ends at its `</answer>`; otherwise the reply is invalid.",
 			},
 			{
 				Name: "format_tool_result", Params: []string{"result", "state"}, Returns: StringShape,
@@ -190,20 +229,12 @@ func defaultParseAction(_ context.Context, _ *Harness, args []any) (any, error) 
 	if !ok {
 		return nil, fmt.Errorf("text is %s, want a string", describe(args[0]))
 	}
-	answer, ok := lastAnswer(text)
-	if !ok {
+	all := answerTagRE.FindAllStringSubmatchIndex(text, -1)
+	if len(all) == 0 {
 		return map[string]any{"kind": "invalid", "error": "no <answer>...</answer> in the reply"}, nil
 	}
-	return map[string]any{"kind": "answer", "answer": strings.TrimSpace(answer)}, nil
-}
-
-// lastAnswer is the text inside the last <answer>…</answer> of text.
-func lastAnswer(text string) (string, bool) {
-	all := answerTagRE.FindAllStringSubmatch(text, -1)
-	if len(all) == 0 {
-		return "", false
-	}
-	return all[len(all)-1][1], true
+	m := all[len(all)-1]
+	return map[string]any{"kind": "answer", "answer": strings.TrimSpace(text[m[2]:m[3]]), "end": int64(m[1])}, nil
 }
 
 func defaultFormatToolResult(_ context.Context, _ *Harness, args []any) (any, error) {

@@ -242,7 +242,7 @@ func TestDefaultsUsedForMissingHooks(t *testing.T) {
 		{"format_observation", []any{map[string]any{"question": "2+2?", "extra": 1}}, `"Question: 2+2?"`},
 		{"format_observation", []any{"already text"}, `"already text"`},
 		{"build_messages", []any{state(transcript...)}, `[{"content": "sys", "role": "system"}, {"content": "Question: 2+2?", "role": "user"}, {"content": "4?", "role": "assistant"}]`},
-		{"parse_action", []any{"I think <answer>3</answer> no, <answer> 4 </answer>", state()}, `{"answer": "4", "kind": "answer"}`},
+		{"parse_action", []any{"I think <answer>3</answer> no, <answer> 4 </answer>", state()}, `{"answer": "4", "end": 51, "kind": "answer"}`},
 		{"parse_action", []any{"no tags", state()}, `{"error": "no <answer>...</answer> in the reply", "kind": "invalid"}`},
 		{"format_tool_result", []any{map[string]any{"text": "result text"}, state()}, `"result text"`},
 		{"format_tool_result", []any{map[string]any{"docs": []any{"a"}}, state()}, `"{\"docs\":[\"a\"]}"`},

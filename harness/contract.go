@@ -86,13 +86,17 @@ type Contract struct {
 	Constants []ConstSpec
 	Hooks     []HookSpec
 	Helpers   map[string]Builtin
+	// Tools are the native function tools the domain can execute; a
+	// harness offers the model those it names in TOOLS.
+	Tools []ToolSpec
 	// StateDoc describes the state dict the loop passes to hooks (Markdown).
 	StateDoc string
 }
 
 // Extend returns a copy of c with ext merged in: constants and hooks with a
 // name c already has replace it in place (a domain may change a default),
-// new ones are appended, helpers are added. Name, Intro and StateDoc replace
+// new ones are appended, helpers and tools are added (a tool with a name c
+// has replaces it). Name, Intro and StateDoc replace
 // c's when ext sets them.
 func (c *Contract) Extend(ext Contract) *Contract {
 	out := &Contract{
@@ -102,6 +106,14 @@ func (c *Contract) Extend(ext Contract) *Contract {
 		Constants: append([]ConstSpec(nil), c.Constants...),
 		Hooks:     append([]HookSpec(nil), c.Hooks...),
 		Helpers:   make(map[string]Builtin, len(c.Helpers)+len(ext.Helpers)),
+		Tools:     append([]ToolSpec(nil), c.Tools...),
+	}
+	for _, t := range ext.Tools {
+		if i := slices.IndexFunc(out.Tools, func(o ToolSpec) bool { return o.Name == t.Name }); i >= 0 {
+			out.Tools[i] = t
+		} else {
+			out.Tools = append(out.Tools, t)
+		}
 	}
 	if ext.Name != "" {
 		out.Name = ext.Name
@@ -266,6 +278,7 @@ func (c *Contract) Validate() error {
 			errs = append(errs, fmt.Sprintf("helper %s: no function", n))
 		}
 	}
+	errs = append(errs, validateTools(c.Tools)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("contract %s: %s", c.Name, strings.Join(errs, "; "))
 	}

@@ -53,6 +53,16 @@ func (c *Contract) Doc() string {
 		}
 	}
 
+	if len(c.Tools) > 0 {
+		b.WriteString("## Tools\n\n")
+		b.WriteString("The native function tools this domain runs; list in `TOOLS` the ones the model is offered. Each is shown with the description and JSON-schema parameters it gets unless TOOLS gives its own.\n\n")
+		for _, t := range c.Tools {
+			fmt.Fprintf(&b, "### `%s`\n\n%s\n\n", t.Name, strings.TrimSpace(t.Description))
+			params, _ := json.MarshalIndent(t.Parameters, "", "  ")
+			fmt.Fprintf(&b, "Parameters:\n\n````json\n%s\n````\n\n", params)
+		}
+	}
+
 	if c.StateDoc != "" {
 		b.WriteString("## State\n\n")
 		b.WriteString(strings.TrimSpace(c.StateDoc))

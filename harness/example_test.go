@@ -131,6 +131,6 @@ func TestDocCoversContract(t *testing.T) {
 		"# Harness contract: test",
 		"int, 1 to 50", "list (list of string)", "Default: `3`", "Default: `[\"a\",\"the\"]`", "Default: `False`",
 		"Fields: `{question}`, `{fen}`.",
-		"`move`: `{kind: \"move\", move: string, ...}`",
+		"`move`: `{kind: \"move\", move: string, end?: int, ...}`",
 		"## State", "## Domain helpers", "## Builtins", "## Rules", "RE2")
 }

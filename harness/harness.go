@@ -124,6 +124,7 @@ type core struct {
 	consts      map[string]any                // every contract constant: the harness's or the default
 	defined     map[string]bool               // constants and hooks the harness defines
 	positions   map[string]Pos                // where each top-level name is bound
+	tools       []Tool                        // TOOLS resolved against the contract's tools
 	warnings    []Problem
 }
 
@@ -395,6 +396,15 @@ func (h *Harness) check() []Problem {
 			continue
 		}
 		h.hooks[spec.Name] = fn
+	}
+	if len(problems) == 0 {
+		for _, msg := range h.resolveTools() {
+			name := "TOOLS"
+			if strings.HasPrefix(msg, "TOOL_CHOICE") {
+				name = "TOOL_CHOICE"
+			}
+			problems = append(problems, Problem{Pos: at(name), Msg: "constant " + msg})
+		}
 	}
 	h.warnings = h.unknownNames()
 	return problems

@@ -17,6 +17,7 @@ func MessagesFrom(v any) ([]schemas.Message, error) {
 		m := schemas.Message{Role: d["role"].(string), Content: d["content"].(string)}
 		m.Name, _ = d["name"].(string)
 		m.ToolCallID, _ = d["tool_call_id"].(string)
+		m.Reasoning, _ = d["reasoning"].(string)
 		if calls, ok := d["tool_calls"].([]any); ok {
 			m.ToolCalls = make([]schemas.ToolCall, len(calls))
 			for j, c := range calls {
@@ -41,6 +42,11 @@ type Action struct {
 	ID     string // kind tool: the native tool call's id, if any
 	Move   string // kind move
 	Error  string // kind invalid: why
+	// End, when the harness set it, is the byte offset in the reply where
+	// the action ends: the loop keeps reply[:End] as the assistant message,
+	// so nothing the model wrote after its action is stored or trained on.
+	// -1 when not set.
+	End int
 	// Raw is the whole dict, extra keys included.
 	Raw map[string]any
 }
@@ -60,5 +66,9 @@ func ActionFrom(v any) (Action, error) {
 	a.ID, _ = d["id"].(string)
 	a.Move, _ = d["move"].(string)
 	a.Error, _ = d["error"].(string)
+	a.End = -1
+	if end, ok := d["end"].(int64); ok {
+		a.End = int(end)
+	}
 	return a, nil
 }

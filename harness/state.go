@@ -59,7 +59,7 @@ func MessageDicts(msgs []schemas.Message) []any {
 
 // messageFields is the one conversion of a schemas.Message into harness
 // values: role and content, then the optional keys that are set (name,
-// tool_call_id, tool_calls of {id, name, arguments}). In Starlark the keys
+// tool_call_id, reasoning, tool_calls of {id, name, arguments}). In Starlark the keys
 // keep this order, which reads best in a repr; plain Go gets a map.
 func messageFields(m schemas.Message) fields {
 	f := fields{{"role", m.Role}, {"content", m.Content}}
@@ -68,6 +68,9 @@ func messageFields(m schemas.Message) fields {
 	}
 	if m.ToolCallID != "" {
 		f = append(f, field{"tool_call_id", m.ToolCallID})
+	}
+	if m.Reasoning != "" {
+		f = append(f, field{"reasoning", m.Reasoning})
 	}
 	if len(m.ToolCalls) > 0 {
 		calls := make([]any, len(m.ToolCalls))
