@@ -132,5 +132,6 @@ func (r Result) Row(base schemas.Rollout) schemas.Rollout {
 	row.LatencyMS = r.Latency.Milliseconds()
 	row.Messages = r.Messages
 	row.Trace = r.Trace
+	row.Tools = r.Tools
 	return row
 }

@@ -10,15 +10,22 @@
 //     "task: …", or "canceled: …" when ctx ended). Every episode is exactly
 //     one Result, and one rollouts row through Result.Row.
 //   - The loop: Reset, format_observation → first user message; then per
-//     turn MAX_TURNS check, should_stop, build_messages, one Chat (tools from
-//     Env.Tools, MaxTokens defaulting to MAX_TOKENS, seed Config.Seed plus
-//     the number of calls made before), the reply appended verbatim. Native
-//     tool calls become tool actions answered by one tool message each (with
-//     tool_call_id); otherwise parse_action decides. Invalid replies spend
-//     FORMAT_RETRIES (on_error kind "format", or "length" when the reply was
-//     cut), rejected actions ILLEGAL_RETRIES (kind "illegal"), failed tools
-//     are fed back with kind "tool". Only a Step that says Done ends with
-//     FinishAnswer and its Outcome; every other end asks Env.Final.
+//     turn MAX_TURNS check, should_stop, build_messages, one Chat (the
+//     harness's TOOLS and TOOL_CHOICE, stop sequences Config's then STOP's,
+//     MaxTokens defaulting to MAX_TOKENS, seed Config.Seed plus the number of
+//     calls made before), the reply appended with its reasoning (and a stop
+//     sequence the server reported as stop_reason put back at its end).
+//     Native tool calls become tool actions answered by one tool message each
+//     (with tool_call_id); a call of a tool not offered, or whose arguments
+//     are not a JSON object or do not match the tool's parameters, is
+//     answered with on_error("tool", ...) without reaching the environment.
+//     Otherwise parse_action decides, and an action's end cuts the stored
+//     reply there. Invalid replies spend FORMAT_RETRIES (on_error kind
+//     "format", or "length" when the reply was cut), rejected actions
+//     ILLEGAL_RETRIES (kind "illegal"), failed tools are fed back with kind
+//     "tool"; a tool result longer than MAX_TOOL_RESULT_CHARS is cut. Only a
+//     Step that says Done ends with FinishAnswer and its Outcome; every other
+//     end asks Env.Final.
 //   - Hooks see the state dict of harness.Base's StateDoc: task {id,
 //     question, meta} (meta decoded from JSON; never the answers), turn
 //     (calls made so far), messages (the transcript, no system message),
@@ -37,8 +44,12 @@
 //   - "hook": every hook call, default or harness (harness.CallRecord).
 //   - "model": every successful call; Action "chat: finish=… prompt=…
 //     completion=… attempts=… latency=… endpoint=…", Feedback the reply.
-//   - "tool": every tool action given to the environment; Action
-//     name("input") [id=…], Feedback its result, tool error or illegal reason.
+//   - "tool": every tool action given to the environment, and every native
+//     call the loop refused; Action name("input") [id=…], Feedback its
+//     result, tool error or illegal reason.
+//   - "cut": a reply cut at the end of its action (Action "kept N of M
+//     bytes", Feedback the dropped text, whole) or a tool result cut to
+//     MAX_TOOL_RESULT_CHARS.
 //   - "env": "reset" (Feedback the observation), answers and moves (the
 //     illegal reason, the observation, or "done: reward=… correct=…
 //     answer=…"), and "final" (the Outcome of Env.Final when the episode

@@ -52,13 +52,11 @@ type Env interface {
 	// handles invalid ones). A non-nil error is a failure of the
 	// environment itself (not of the model), and ends the episode with
 	// that error.
+	// A native tool call (the harness's TOOLS, from the tools the domain's
+	// contract offers) comes as an action of kind tool with the call's
+	// name, id and arguments checked against the tool's parameters (Args,
+	// and Input set from the single string argument when there is one).
 	Step(ctx context.Context, a harness.Action) (Step, error)
-	// Tools are the native function tools offered to the model, nil when
-	// tools are tag-based (parse_action turns text into tool actions). A
-	// native tool call in a reply becomes an action of kind tool with the
-	// call's name, id and arguments (Args, and Input set from the single
-	// string argument when there is one).
-	Tools() []models.Tool
 	// Final scores an episode that ended without a terminating action
 	// (turns or retries exhausted, should_stop, a model failure): the
 	// reward is usually 0, but a domain may grade partial progress.
@@ -126,6 +124,9 @@ type Result struct {
 	// the first call, then every observation, assistant reply (verbatim),
 	// tool result and feedback message in order.
 	Messages []schemas.Message
+	// Tools is the OpenAI tools array offered on every call, as JSON; ""
+	// when the harness offers none.
+	Tools string
 	// Trace holds every hook call, model call, tool call, environment step
 	// and error, in order (see the package doc for the kinds).
 	Trace []schemas.TraceEvent

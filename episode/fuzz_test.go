@@ -7,20 +7,25 @@ import (
 	"github.com/whalerun/whale/schemas"
 )
 
-// FuzzNativeAction: whatever arguments a model writes, a native tool call
-// becomes either a tool action the harness accepts or an error, never a
-// panic.
+// FuzzNativeAction: whatever name and arguments a model writes, a native
+// tool call becomes either a tool action whose arguments match the tool's
+// parameters or a problem to tell the model, never a panic.
 func FuzzNativeAction(f *testing.F) {
-	for _, s := range []string{``, `{}`, `null`, `{"query": "x"}`, `{"q": 1}`, `{"a": "x", "b": "y"}`, `[1]`, `"str"`, `{"query": "x"`, `{"n": 1e999}`} {
-		f.Add(s)
+	for _, s := range []string{``, `{}`, `null`, `{"query": "x"}`, `{"q": 1}`, `{"a": "x", "b": "y"}`, `[1]`, `"str"`, `{"query": "x"`, `{"n": 1e999}`, `{"query": 7}`} {
+		f.Add("search", s)
 	}
-	f.Fuzz(func(t *testing.T, args string) {
-		a, err := nativeAction(schemas.ToolCall{ID: "c1", Name: "search", Arguments: args})
-		if err != nil {
+	f.Add("grep", `{"query": "x"}`)
+	l := &loop{h: loadHarness(f, nativeSrc)}
+	f.Fuzz(func(t *testing.T, name, args string) {
+		a, problem := l.nativeAction(schemas.ToolCall{ID: "c1", Name: name, Arguments: args})
+		if problem != "" {
 			return
 		}
 		if a.Kind != "tool" || a.Tool != "search" || a.ID != "c1" || a.Args == nil {
 			t.Fatalf("action %+v", a)
+		}
+		if q, ok := a.Args["query"].(string); !ok || len(q) > 400 {
+			t.Fatalf("arguments %v pass the schema", a.Args)
 		}
 		if err := harness.ActionShape.Validate(a.Raw, "action"); err != nil {
 			t.Fatalf("raw action %v: %v", a.Raw, err)

@@ -15,15 +15,14 @@ import (
 	"github.com/whalerun/whale/schemas"
 )
 
-// fakeContract is the base contract plus one domain constant that
-// fakeDomain.NewEnv reads, as real domains read TOPK or BOARD_FORMAT.
+// fakeContract is the base contract plus the one native tool the fake
+// domain runs, search, with a single string argument.
 func fakeContract() *harness.Contract {
 	return harness.Base().Extend(harness.Contract{
 		Name: "fake",
-		Constants: []harness.ConstSpec{{
-			Name: "NATIVE_TOOLS", Type: harness.TypeBool, Default: false,
-			Doc: "Offer search as a native function tool instead of tags.",
-		}},
+		Tools: []harness.ToolSpec{{Name: "search", Description: "Search the corpus.", Parameters: map[string]any{
+			"type": "object", "properties": map[string]any{"query": map[string]any{"type": "string", "maxLength": 100}}, "required": []any{"query"},
+		}}},
 	})
 }
 
@@ -43,13 +42,12 @@ func (d *fakeDomain) NewEnv(_ context.Context, task schemas.Task, h *harness.Har
 	if d.newEnvErr != nil {
 		return nil, fmt.Errorf("task %s: %w", task.ID, d.newEnvErr)
 	}
-	return &fakeEnv{task: task, native: h.Bool("NATIVE_TOOLS")}, nil
+	return &fakeEnv{task: task}, nil
 }
 
 type fakeEnv struct {
-	task   schemas.Task
-	native bool
-	steps  int
+	task  schemas.Task
+	steps int
 }
 
 func (e *fakeEnv) Reset(context.Context) (map[string]any, error) {
@@ -86,19 +84,12 @@ func (e *fakeEnv) Step(ctx context.Context, a harness.Action) (Step, error) {
 		case "slow":
 			<-ctx.Done()
 			return Step{}, ctx.Err()
+		case "huge":
+			return Step{ToolResult: map[string]any{"text": strings.Repeat("x", 1<<20)}}, nil
 		}
 		return Step{ToolResult: map[string]any{"text": "result for " + a.Input}}, nil
 	}
 	return Step{}, fmt.Errorf("unexpected action kind %q", a.Kind)
-}
-
-func (e *fakeEnv) Tools() []models.Tool {
-	if !e.native {
-		return nil
-	}
-	return []models.Tool{{Name: "search", Description: "Search the corpus.", Parameters: map[string]any{
-		"type": "object", "properties": map[string]any{"query": map[string]any{"type": "string"}}, "required": []any{"query"},
-	}}}
 }
 
 // Final marks its outcome so tests can tell it from a Step's.

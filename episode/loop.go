@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/models"
@@ -40,11 +42,12 @@ type loop struct {
 	task schemas.Task
 	cfg  Config
 
-	env   Env
-	tools []models.Tool
+	env        Env
+	tools      []models.Tool // the harness's TOOLS, as sent
+	toolChoice string
 
-	maxTurns, formatBudget, illegalBudget int
-	sampling                              models.Sampling
+	maxTurns, formatBudget, illegalBudget, maxToolChars int
+	sampling                                            models.Sampling
 
 	// st is the state hooks see; st.Messages is the transcript: every
 	// observation, reply, tool result and feedback message, in order.
@@ -94,7 +97,20 @@ func (l *loop) setup() *ending {
 	l.maxTurns = l.h.Int("MAX_TURNS")
 	l.formatBudget = l.h.Int("FORMAT_RETRIES")
 	l.illegalBudget = l.h.Int("ILLEGAL_RETRIES")
+	l.maxToolChars = l.h.Int("MAX_TOOL_RESULT_CHARS")
 	l.sampling = l.cfg.Sampling
+	l.sampling.Stop = mergeStops(l.cfg.Sampling.Stop, l.h.Stop())
+	for _, t := range l.h.Tools() {
+		l.tools = append(l.tools, models.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	}
+	l.toolChoice = l.h.ToolChoice()
+	if len(l.tools) > 0 {
+		tools, err := models.ToolsJSON(l.tools)
+		if err != nil {
+			return l.fail("hook TOOLS", err)
+		}
+		l.res.Tools = tools
+	}
 	if l.sampling.MaxTokens == nil {
 		maxTokens := int64(l.h.Int("MAX_TOKENS"))
 		l.sampling.MaxTokens = &maxTokens
@@ -109,7 +125,6 @@ func (l *loop) setup() *ending {
 		return l.fail("environment", err)
 	}
 	l.env = env
-	l.tools = env.Tools()
 	obs, err := env.Reset(l.ctx)
 	if err != nil {
 		return l.fail("environment", fmt.Errorf("reset: %w", err))
@@ -166,7 +181,7 @@ func (l *loop) step() *ending {
 	}
 
 	seed := l.cfg.Seed + int64(l.res.Turns)
-	resp, err := l.m.Chat(l.ctx, models.Request{Messages: msgs, Tools: l.tools, Sampling: l.sampling, Seed: &seed})
+	resp, err := l.m.Chat(l.ctx, models.Request{Messages: msgs, Tools: l.tools, ToolChoice: l.toolChoice, Sampling: l.sampling, Seed: &seed})
 	if err != nil {
 		return l.fail("model", err)
 	}
@@ -175,18 +190,30 @@ func (l *loop) step() *ending {
 	l.res.CompletionTokens += resp.CompletionTokens
 	l.res.ModelID = resp.Model
 	l.event(KindModel, modelAction(resp), replySummary(resp))
-	l.push(resp.Message())
+	msg := resp.Message()
+	// A server that stopped at a stop sequence leaves it out (vLLM's
+	// default); the model did write it, and parse_action needs the
+	// closing tag.
+	if s := resp.StopReason; s != "" && slices.Contains(l.sampling.Stop, s) && !strings.HasSuffix(msg.Content, s) {
+		msg.Content += s
+	}
+	l.push(msg)
 
 	if len(resp.ToolCalls) > 0 {
 		return l.nativeCalls(resp.ToolCalls)
 	}
-	v, e = l.call("parse_action", resp.Content, l.state())
+	v, e = l.call("parse_action", msg.Content, l.state())
 	if e != nil {
 		return e
 	}
 	a, err := harness.ActionFrom(v)
 	if err != nil {
 		return l.fail("hook parse_action", err)
+	}
+	if a.End >= 0 {
+		if err := l.cut(a.End); err != nil {
+			return l.fail("hook parse_action", err)
+		}
 	}
 	l.st.LastAction = a.Raw
 	if a.Kind == "invalid" {
@@ -199,17 +226,57 @@ func (l *loop) step() *ending {
 	return l.act(a, false)
 }
 
+// cut ends the latest assistant message at byte end of its text, where
+// parse_action says the action ends: what the model wrote after it (an
+// invented observation, a second answer) is neither stored nor trained
+// on. The dropped text stays in the trace, whole.
+func (l *loop) cut(end int) error {
+	m := &l.st.Messages[len(l.st.Messages)-1]
+	n := len(m.Content)
+	switch {
+	case end > n:
+		return fmt.Errorf("action end %d is past the end of the reply (%d bytes)", end, n)
+	case end < n && !utf8.RuneStart(m.Content[end]):
+		return fmt.Errorf("action end %d is inside a UTF-8 character of the reply", end)
+	case end == n:
+		return nil
+	}
+	tail := m.Content[end:]
+	m.Content = m.Content[:end]
+	l.event(KindCut, fmt.Sprintf("kept %d of %d bytes", end, n), tail)
+	return nil
+}
+
+// mergeStops is the experiment's stop sequences followed by the harness's
+// that are not among them.
+func mergeStops(spec, harness []string) []string {
+	out := slices.Clone(spec)
+	for _, s := range harness {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // nativeCalls runs each native tool call of a reply in order. Every call is
 // answered by exactly one tool message (chat templates reject a context
-// with an unanswered call); observations follow all of them.
+// with an unanswered call); observations follow all of them. A call the
+// loop cannot run (an unknown tool, arguments that are not a JSON object
+// or do not match the tool's parameters) is answered with
+// on_error("tool", ...) and the episode goes on.
 func (l *loop) nativeCalls(calls []schemas.ToolCall) *ending {
 	for _, tc := range calls {
-		a, err := nativeAction(tc)
-		if err != nil {
-			l.st.LastAction = map[string]any{"kind": "invalid", "error": err.Error()}
-			if e := l.invalid("format", err.Error(), tc.ID); e != nil {
+		a, problem := l.nativeAction(tc)
+		if problem != "" {
+			l.st.LastAction = map[string]any{"kind": "tool", "tool": tc.Name, "id": tc.ID, "error": problem}
+			l.event(KindTool, tc.Name+"("+quoteClip(tc.Arguments)+") id="+tc.ID, "tool error: "+clip(problem, clipShort))
+			text, e := l.callString("on_error", "tool", problem, l.state())
+			if e != nil {
+				l.flushDeferred()
 				return e
 			}
+			l.feedback(true, harness.Action{Tool: tc.Name, ID: tc.ID}, text)
 			continue
 		}
 		l.st.LastAction = a.Raw
@@ -227,17 +294,32 @@ func (l *loop) flushDeferred() {
 	l.deferred = l.deferred[:0]
 }
 
-// nativeAction is a native tool call as an action of kind tool.
-func nativeAction(tc schemas.ToolCall) (harness.Action, error) {
-	a := harness.Action{Kind: "tool", Tool: tc.Name, ID: tc.ID}
+// nativeAction is a native tool call as an action of kind tool, or the
+// problem that keeps the loop from running it, in words for the model.
+func (l *loop) nativeAction(tc schemas.ToolCall) (harness.Action, string) {
+	a := harness.Action{Kind: "tool", Tool: tc.Name, ID: tc.ID, End: -1}
+	tool, ok := l.h.Tool(tc.Name)
+	if !ok {
+		names := make([]string, len(l.tools))
+		for i, t := range l.tools {
+			names[i] = t.Name
+		}
+		if len(names) == 0 {
+			return a, fmt.Sprintf("there is no tool %q: no tools are offered", tc.Name)
+		}
+		return a, fmt.Sprintf("there is no tool %q: the tools are %s", tc.Name, strings.Join(names, ", "))
+	}
 	var args map[string]any
 	if strings.TrimSpace(tc.Arguments) != "" {
 		if err := json.Unmarshal([]byte(tc.Arguments), &args); err != nil {
-			return a, fmt.Errorf("the arguments of tool call %s are not a JSON object: %v", tc.Name, err)
+			return a, fmt.Sprintf("the arguments of %s are not a JSON object: %v", tc.Name, err)
 		}
 	}
 	if args == nil {
 		args = map[string]any{}
+	}
+	if err := tool.CheckArgs(args); err != nil {
+		return a, err.Error()
 	}
 	a.Args = args
 	if len(args) == 1 {
@@ -249,7 +331,7 @@ func nativeAction(tc schemas.ToolCall) (harness.Action, error) {
 	if a.Input != "" {
 		a.Raw["input"] = a.Input
 	}
-	return a, nil
+	return a, ""
 }
 
 // invalid spends a format retry on a reply the loop cannot act on, and
@@ -313,6 +395,7 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 		if e != nil {
 			return e
 		}
+		text = l.capToolResult(text)
 		reply = &text
 	}
 	if reply != nil {
@@ -339,6 +422,24 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 		l.feedback(true, a, "")
 	}
 	return nil
+}
+
+// capToolResult cuts a formatted tool result to MAX_TOOL_RESULT_CHARS
+// characters, saying so at the end, and traces the cut.
+func (l *loop) capToolResult(text string) string {
+	n := utf8.RuneCountInString(text)
+	if n <= l.maxToolChars {
+		return text
+	}
+	i := 0
+	for pos := range text {
+		if i == l.maxToolChars {
+			l.event(KindCut, fmt.Sprintf("tool result: kept %d of %d characters", l.maxToolChars, n), "MAX_TOOL_RESULT_CHARS")
+			return text[:pos] + fmt.Sprintf("\n[tool result cut: %d more characters]", n-l.maxToolChars)
+		}
+		i++
+	}
+	return text
 }
 
 func (l *loop) feedback(native bool, a harness.Action, text string) {
@@ -406,7 +507,7 @@ func (l *loop) differsFromDefault(msgs []schemas.Message) int {
 }
 
 func sameMessage(a, b schemas.Message) bool {
-	if a.Role != b.Role || a.Content != b.Content || a.Name != b.Name || a.ToolCallID != b.ToolCallID || len(a.ToolCalls) != len(b.ToolCalls) {
+	if a.Role != b.Role || a.Content != b.Content || a.Name != b.Name || a.ToolCallID != b.ToolCallID || a.Reasoning != b.Reasoning || len(a.ToolCalls) != len(b.ToolCalls) {
 		return false
 	}
 	for i := range a.ToolCalls {

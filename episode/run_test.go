@@ -34,6 +34,21 @@ def parse_action(text, state):
     return {"kind": "invalid", "error": "no tag"}
 `
 
+// nativeSrc offers search as a native tool.
+const nativeSrc = "TOOLS = [\"search\"]\n"
+
+// firstTagSrc takes the first closed <search> or <answer> as the action, as
+// Search-R1 does, and says where it ends.
+const firstTagSrc = `
+def parse_action(text, state):
+    m = re.search(r"<(search|answer)>(.*?)</(search|answer)>", text)
+    if not m or m.group(1) != m.group(3):
+        return {"kind": "invalid", "error": "no tag"}
+    if m.group(1) == "answer":
+        return {"kind": "answer", "answer": m.group(2).strip(), "end": m.end()}
+    return {"kind": "tool", "tool": "search", "input": m.group(2).strip(), "end": m.end()}
+`
+
 // hookErrSrc fails at run time on line 4 (the division).
 const hookErrSrc = `MAX_TURNS = 3
 
@@ -225,7 +240,7 @@ func TestRunFakeEnv(t *testing.T) {
 			},
 		},
 		{
-			name: "native tool call", src: "NATIVE_TOOLS = True\n",
+			name: "native tool call", src: nativeSrc,
 			replies: []modeltest.Reply{nativeCall("call_7", `{"query": "blue whale"}`), answer},
 			want:    want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
 			check: func(t *testing.T, res Result, reqs []modeltest.Request) {
@@ -249,7 +264,7 @@ func TestRunFakeEnv(t *testing.T) {
 			},
 		},
 		{
-			name: "native tool error and bad arguments answer their calls", src: "NATIVE_TOOLS = True\n",
+			name: "native tool error and bad arguments answer their calls", src: nativeSrc,
 			replies: []modeltest.Reply{
 				{ToolCalls: []modeltest.ToolCall{{ID: "a", Name: "search", Arguments: `{"query": "boom"}`}, {ID: "b", Name: "search", Arguments: `not json`}}},
 				answer,
@@ -267,6 +282,127 @@ func TestRunFakeEnv(t *testing.T) {
 					t.Errorf("bad arguments message %+v", m)
 				}
 			},
+		},
+		{
+			name: "unknown tool and arguments off the schema are tool errors", src: nativeSrc + "FORMAT_RETRIES = 0\n",
+			replies: []modeltest.Reply{
+				{ToolCalls: []modeltest.ToolCall{{ID: "a", Name: "grep", Arguments: `{"query": "x"}`}, {ID: "b", Name: "search", Arguments: `{"query": 7}`}, {ID: "c", Name: "search", Arguments: `{}`}}},
+				answer,
+			},
+			want: want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
+			check: func(t *testing.T, res Result, reqs []modeltest.Request) {
+				msgs := reqs[1].Messages
+				if got := roles(msgs); got != "system,user,assistant,tool,tool,tool" {
+					t.Fatalf("roles %s", got)
+				}
+				wants := []string{`The tool call failed: there is no tool "grep": the tools are search`, "/query: got number, want string", "missing property 'query'"}
+				for i, w := range wants {
+					if m := msgs[3+i]; m.ToolCallID != string(rune('a'+i)) || !strings.Contains(m.Content, w) {
+						t.Errorf("tool message %d %+v, want it to contain %q", i, m, w)
+					}
+				}
+				tools := eventsOf(res.Trace, KindTool)
+				if len(tools) != 3 || !strings.HasPrefix(tools[0].Action, `grep("{\"query\": \"x\"}") id=a`) || !strings.HasPrefix(tools[1].Feedback, "tool error: ") {
+					t.Errorf("tool events %+v", tools)
+				}
+			},
+		},
+		{
+			name: "tools, tool choice and stop sequences are sent", src: nativeSrc + "TOOL_CHOICE = \"required\"\nSTOP = [\"</search>\", \"</answer>\"]\n",
+			cfg:     Config{Sampling: models.Sampling{Stop: []string{"</answer>", "\n\nUser:"}}},
+			replies: []modeltest.Reply{answer},
+			want:    want{finish: FinishAnswer, answer: "42", reward: 1, turns: 1},
+			check: func(t *testing.T, res Result, reqs []modeltest.Request) {
+				b := reqs[0].Body
+				if b["tool_choice"] != "required" {
+					t.Errorf("tool_choice %v", b["tool_choice"])
+				}
+				if got, _ := json.Marshal(b["stop"]); string(got) != `["\u003c/answer\u003e","\n\nUser:","\u003c/search\u003e"]` {
+					t.Errorf("stop %s", got)
+				}
+				tools, _ := json.Marshal(b["tools"])
+				if !strings.Contains(string(tools), `"maxLength":100`) || !strings.Contains(string(tools), `"description":"Search the corpus."`) {
+					t.Errorf("tools %s", tools)
+				}
+			},
+		},
+		{
+			name: "a reply is cut at the end of its action", src: firstTagSrc,
+			replies: []modeltest.Reply{{Content: "I will look. <search>q</search><information>fake</information><answer>x</answer>"}, answer},
+			want:    want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
+			check: func(t *testing.T, res Result, reqs []modeltest.Request) {
+				if got := res.Messages[2].Content; got != "I will look. <search>q</search>" {
+					t.Errorf("stored assistant message %q", got)
+				}
+				if got := reqs[1].Messages[2].Content; got != "I will look. <search>q</search>" {
+					t.Errorf("assistant message sent back %q", got)
+				}
+				if got := reqs[1].Messages[3].Content; got != "result for q" {
+					t.Errorf("observation %q", got)
+				}
+				for _, m := range res.Messages {
+					if strings.Contains(m.Content, "fake") {
+						t.Errorf("invented observation kept in %+v", m)
+					}
+				}
+				cuts := eventsOf(res.Trace, KindCut)
+				if len(cuts) != 1 || cuts[0].Feedback != "<information>fake</information><answer>x</answer>" || cuts[0].Action != "kept 31 of 80 bytes" {
+					t.Errorf("cut events %+v", cuts)
+				}
+				if m := eventsOf(res.Trace, KindModel); !strings.Contains(m[0].Feedback, "fake") {
+					t.Errorf("raw reply not in the trace: %+v", m[0])
+				}
+			},
+		},
+		{
+			name: "a stop sequence the server left out is put back", src: firstTagSrc + "STOP = [\"</search>\"]\n",
+			replies: []modeltest.Reply{{Content: "<search>q", StopReason: "</search>"}, {Content: "<answer>42", StopReason: "</answer>"}},
+			want:    want{finish: FinishFormat, answer: "final after 1 steps", reward: 0.25, turns: 4},
+			check: func(t *testing.T, res Result, reqs []modeltest.Request) {
+				if got := res.Messages[2].Content; got != "<search>q</search>" {
+					t.Errorf("first reply %q", got)
+				}
+				// </answer> is not a stop sequence of this episode: the
+				// reply stays as the server sent it.
+				if got := res.Messages[4].Content; got != "<answer>42" {
+					t.Errorf("second reply %q", got)
+				}
+			},
+		},
+		{
+			name: "reasoning is kept and given back", src: nativeSrc,
+			replies: []modeltest.Reply{
+				{Reasoning: "I should search.", ToolCalls: []modeltest.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query": "q"}`}}},
+				{Reasoning: "Found it.", Content: "<answer>42</answer>"},
+			},
+			want: want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
+			check: func(t *testing.T, res Result, reqs []modeltest.Request) {
+				if res.Messages[2].Reasoning != "I should search." || res.Messages[4].Reasoning != "Found it." {
+					t.Errorf("messages %+v", res.Messages)
+				}
+				if reqs[1].Messages[2].Reasoning != "I should search." || !strings.Contains(string(reqs[1].Raw), `"reasoning_content":"I should search."`) {
+					t.Errorf("second request does not give the reasoning back: %s", reqs[1].Raw)
+				}
+			},
+		},
+		{
+			name: "a huge tool result is cut", src: taggedSrc,
+			replies: []modeltest.Reply{search("huge"), answer},
+			want:    want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
+			check: func(t *testing.T, res Result, reqs []modeltest.Request) {
+				got := reqs[1].Messages[3].Content
+				if len(got) > 32768+64 || !strings.HasSuffix(got, "[tool result cut: 1015808 more characters]") {
+					t.Errorf("tool result of %d bytes ends %q", len(got), got[len(got)-60:])
+				}
+				if cuts := eventsOf(res.Trace, KindCut); len(cuts) != 1 {
+					t.Errorf("cut events %+v", cuts)
+				}
+			},
+		},
+		{
+			name: "an action end past the reply is a hook error", src: strings.Replace(firstTagSrc, `"end": m.end()}`, `"end": 999}`, 1),
+			replies: []modeltest.Reply{{Content: "<answer>42</answer>"}},
+			want:    want{finish: FinishError, answer: "final after 0 steps", reward: 0.25, turns: 1, errText: "hook parse_action: action end 999 is past the end of the reply (19 bytes)"},
 		},
 		{
 			name: "environment failure", src: taggedSrc,

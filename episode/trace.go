@@ -26,6 +26,7 @@ const (
 	KindTool    = "tool"
 	KindEnv     = "env"
 	KindContext = "context"
+	KindCut     = "cut"
 	KindError   = "error"
 )
 

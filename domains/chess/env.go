@@ -9,7 +9,6 @@ import (
 
 	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/harness"
-	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -182,9 +181,6 @@ func (e *Env) observation() map[string]any {
 	obs["question"] = b.String()
 	return obs
 }
-
-// Tools is nil: chess has no tools.
-func (e *Env) Tools() []models.Tool { return nil }
 
 // Step plays a move (an answer action's text is read as a move too).
 // Text that is not a move, an illegal move or ambiguous SAN is Illegal

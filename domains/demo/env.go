@@ -9,7 +9,6 @@ import (
 
 	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/harness"
-	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -56,9 +55,6 @@ type Env struct {
 func (e *Env) Reset(context.Context) (map[string]any, error) {
 	return map[string]any{"question": e.task.Question}, nil
 }
-
-// Tools is nil: the demo has no tools.
-func (e *Env) Tools() []models.Tool { return nil }
 
 // Step grades an answer; any other action is illegal.
 func (e *Env) Step(_ context.Context, a harness.Action) (episode.Step, error) {

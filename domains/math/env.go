@@ -9,12 +9,15 @@ import (
 
 	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/harness"
-	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/schemas"
 )
 
-// ToolPython is the name of the code-interpreter tool a harness asks for.
-const ToolPython = "python"
+// Tool names: ToolPython is what a tag-based parse_action asks for,
+// ToolCode the native tool (CodeTool). Both run the same sandbox.
+const (
+	ToolPython = "python"
+	ToolCode   = "code_interpreter"
+)
 
 // baseline is h0: step-by-step reasoning, an optional Python run in a
 // ```python block, the answer in \boxed{}; two turns.
@@ -89,10 +92,6 @@ func (e *Env) Reset(context.Context) (map[string]any, error) {
 	return map[string]any{"question": e.task.Question}, nil
 }
 
-// Tools is nil: h0 asks for code runs with ```python blocks, which
-// parse_action turns into tool actions.
-func (e *Env) Tools() []models.Tool { return nil }
-
 // Step runs code or grades an answer.
 //
 // An answer is graded by the verifier (Verify). When the answer text holds
@@ -112,8 +111,8 @@ func (e *Env) Step(ctx context.Context, a harness.Action) (episode.Step, error) 
 	case "answer":
 		return episode.Step{Done: true, Outcome: Grade(a.Answer, e.task.Answers)}, nil
 	case "tool":
-		if a.Tool != ToolPython {
-			return episode.Step{Illegal: fmt.Sprintf("unknown tool %q: the only tool is %q", a.Tool, ToolPython)}, nil
+		if a.Tool != ToolPython && a.Tool != ToolCode {
+			return episode.Step{Illegal: fmt.Sprintf("unknown tool %q: the code tool is %q (%q when called natively)", a.Tool, ToolPython, ToolCode)}, nil
 		}
 		if !e.codeTool {
 			return episode.Step{Illegal: "the python tool is switched off (CODE_TOOL is False): give the answer in \\boxed{}"}, nil

@@ -2,8 +2,10 @@ package mathdomain
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/harness"
@@ -81,5 +83,68 @@ func TestEpisodeH0(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestEpisodeNativeCodeInterpreter: the ReTool style, a native
+// code_interpreter tool run by the local sandbox. Calls that run, print a
+// megabyte, time out or do not match the tool's parameters each come back
+// as a tool message the model sees; the episode goes on to its answer.
+func TestEpisodeNativeCodeInterpreter(t *testing.T) {
+	d := NewDomain(newLocal(t, func(o *LocalPythonOptions) { o.Timeout = 2 * time.Second }))
+	src := `TOOLS = ["code_interpreter"]
+SYSTEM_PROMPT = ""
+MAX_TURNS = 3
+
+def parse_action(text, state):
+    a = extract_boxed(text)
+    if a == None:
+        return {"kind": "invalid", "error": "no \\boxed{} answer"}
+    return {"kind": "answer", "answer": a}
+`
+	h, err := harness.Load("retool.star", []byte(src), harness.Options{Contract: d.Contract()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(id, code string) modeltest.ToolCall {
+		args, _ := json.Marshal(map[string]string{"code": code})
+		return modeltest.ToolCall{ID: id, Name: "code_interpreter", Arguments: string(args)}
+	}
+	srv := modeltest.NewServer(t, modeltest.Script(
+		modeltest.Reply{ToolCalls: []modeltest.ToolCall{
+			call("a", "print(sum(d for d in range(1, 361) if 360 % d == 0))"),
+			call("b", "print('x' * (1 << 20))"),
+			call("c", "while True: pass"),
+			{ID: "d", Name: "code_interpreter", Arguments: `{"program": "print(1)"}`},
+		}},
+		modeltest.Reply{Content: `The sum is \boxed{1170}.`},
+	))
+	m, err := models.New(models.Config{Endpoints: []string{srv.URL}, Model: "fake-model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := episode.Run(context.Background(), d, h, m, divisors, episode.Config{Seed: 1})
+	if res.Error != "" || res.Reward != 1 || res.Turns != 2 {
+		t.Fatalf("finish %s reward %v turns %d error %q", res.FinishReason, res.Reward, res.Turns, res.Error)
+	}
+	msgs := srv.Requests()[1].Messages
+	if len(msgs) != 6 {
+		t.Fatalf("second call's messages %+v", msgs)
+	}
+	wants := []string{"1170", "output cut", "ran out of time", "missing property 'code'"}
+	for i, w := range wants {
+		m := msgs[2+i]
+		if m.Role != "tool" || m.ToolCallID != string(rune('a'+i)) || !strings.Contains(strings.ToLower(m.Content), w) || len(m.Content) > 4000 {
+			t.Errorf("tool message %d (%d bytes) %.200q, want it to contain %q", i, len(m.Content), m.Content, w)
+		}
+	}
+	var tools int
+	for _, ev := range res.Trace {
+		if ev.Kind == episode.KindTool {
+			tools++
+		}
+	}
+	if tools != 4 {
+		t.Errorf("%d tool events, want 4", tools)
 	}
 }

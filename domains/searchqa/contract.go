@@ -11,8 +11,31 @@ reply and compares it with the gold answers after SQuAD normalisation
 (reward 1 on an exact match, else 0). Retrieval is done by the episode loop,
 never by the harness: parse_action asks for a search by returning
 ` + "`{\"kind\": \"tool\", \"tool\": \"search\", \"input\": QUERY}`" + ` and format_tool_result
-receives the passages. The helpers below read answers the way the verifier
+receives the passages. A harness may instead offer the native ` + "`search`" + ` tool
+(` + "`TOOLS = [\"search\"]`" + `): the model calls it with a list of queries, and
+format_tool_result gets one result per call. The helpers below read answers the way the verifier
 does; they never see the gold answers.`
+
+// SearchTool is the native retrieval tool, shaped like the search tool of
+// verl's Search-R1 recipe that the paper's reference builds on: a list of
+// queries, each answered with the top TOPK passages.
+var SearchTool = harness.ToolSpec{
+	Name:        ToolSearch,
+	Description: "Search a Wikipedia passage corpus. Returns the most relevant passages for each query.",
+	Parameters: map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"query_list": map[string]any{
+				"type":        "array",
+				"items":       map[string]any{"type": "string"},
+				"minItems":    1,
+				"maxItems":    maxQueries,
+				"description": "Fully formed search queries; each gets its own results.",
+			},
+		},
+		"required": []any{"query_list"},
+	},
+}
 
 // Contract is the search-QA domain's harness contract: the base contract
 // with the paper's h0 turn budget (2), the retrieval parameters, and the
@@ -33,6 +56,7 @@ func Contract() *harness.Contract {
 				Doc: "Most characters of each passage (title line first) passed to format_tool_result; longer ones are cut.",
 			},
 		},
+		Tools: []harness.ToolSpec{SearchTool},
 		Helpers: map[string]harness.Builtin{
 			"extract_answer": {
 				Params:  []string{"text"},

@@ -8,7 +8,6 @@ import (
 
 	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/harness"
-	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -25,6 +24,9 @@ var baseline []byte
 // a model that pastes its whole reasoning into <search> must not send
 // megabytes to the retriever.
 const maxQueryBytes = 4096
+
+// maxQueries bounds the queries of one native search call.
+const maxQueries = 8
 
 // Domain is the search-QA domain for the episode loop. Its environments
 // run searches through the Retriever it was made with.
@@ -95,14 +97,13 @@ func (e *Env) Reset(context.Context) (map[string]any, error) {
 	return map[string]any{"question": e.task.Question}, nil
 }
 
-// Tools is nil: h0 asks for searches with <search> tags, which
-// parse_action turns into tool actions.
-func (e *Env) Tools() []models.Tool { return nil }
-
-// Step runs a search or grades an answer. A search's result is a dict
+// Step runs a search or grades an answer. A search of one query (a tag's
+// text, or a native call's query_list of one) has the result
 // {"query", "passages": [{id, title, contents, score}], "text"} where
 // contents is cut to MAX_DOC_CHARS characters and text renders the
-// passages as Search-R1 does ("Doc 1(Title: T) body", one a line).
+// passages as Search-R1 does ("Doc 1(Title: T) body", one a line); a
+// search of several has {"queries", "results": [one such dict each],
+// "text": each query's line "Query i: q" and its text, in order}.
 // An answer ends the episode with reward 1 on an exact match (SQuAD
 // normalisation) with a gold answer, else 0.
 func (e *Env) Step(ctx context.Context, a harness.Action) (episode.Step, error) {
@@ -118,46 +119,81 @@ func (e *Env) Step(ctx context.Context, a harness.Action) (episode.Step, error) 
 		if a.Tool != ToolSearch {
 			return episode.Step{Illegal: fmt.Sprintf("unknown tool %q: the only tool is %q", a.Tool, ToolSearch)}, nil
 		}
-		return e.search(ctx, toolInput(a, "query"))
+		return e.search(ctx, queries(a))
 	case "move":
 		return episode.Step{Illegal: "there are no moves in search QA: search or answer"}, nil
 	}
 	return episode.Step{}, fmt.Errorf("searchqa task %q: step with action kind %q", e.task.ID, a.Kind)
 }
 
-// toolInput is the tool's text: Input, or for a native call whose
-// arguments name it, that argument.
-func toolInput(a harness.Action, arg string) string {
+// queries are a search action's queries: the tag's text (Input), or a
+// native call's query_list (or a single "query" string, for a harness
+// that declares its own parameters).
+func queries(a harness.Action) []string {
 	if a.Input != "" {
-		return a.Input
+		return []string{a.Input}
 	}
-	if s, ok := a.Args[arg].(string); ok {
-		return s
+	if list, ok := a.Args["query_list"].([]any); ok {
+		out := make([]string, 0, len(list))
+		for _, q := range list {
+			s, _ := q.(string)
+			out = append(out, s)
+		}
+		return out
 	}
-	return ""
+	if s, ok := a.Args["query"].(string); ok {
+		return []string{s}
+	}
+	return nil
 }
 
-func (e *Env) search(ctx context.Context, query string) (episode.Step, error) {
-	query = strings.TrimSpace(query)
+func (e *Env) search(ctx context.Context, queries []string) (episode.Step, error) {
 	switch {
 	case e.retriever == nil:
 		return episode.Step{ToolError: "no retriever configured"}, nil
-	case query == "":
-		return episode.Step{ToolError: "empty search query"}, nil
-	case len(query) > maxQueryBytes:
-		return episode.Step{ToolError: fmt.Sprintf("search query of %d bytes, more than the limit of %d", len(query), maxQueryBytes)}, nil
+	case len(queries) == 0:
+		return episode.Step{ToolError: "no search query"}, nil
+	case len(queries) > maxQueries:
+		return episode.Step{ToolError: fmt.Sprintf("%d queries in one search, more than the limit of %d", len(queries), maxQueries)}, nil
 	}
-	res, err := e.retriever.Retrieve(ctx, []string{query}, e.topk)
+	for i, q := range queries {
+		queries[i] = strings.TrimSpace(q)
+		switch {
+		case queries[i] == "":
+			return episode.Step{ToolError: "empty search query"}, nil
+		case len(queries[i]) > maxQueryBytes:
+			return episode.Step{ToolError: fmt.Sprintf("search query of %d bytes, more than the limit of %d", len(queries[i]), maxQueryBytes)}, nil
+		}
+	}
+	res, err := e.retriever.Retrieve(ctx, queries, e.topk)
 	if err != nil {
 		if ctx.Err() != nil {
 			return episode.Step{}, fmt.Errorf("searchqa task %q: search: %w", e.task.ID, err)
 		}
 		return episode.Step{ToolError: "search failed: " + err.Error()}, nil
 	}
-	if len(res) != 1 {
-		return episode.Step{ToolError: fmt.Sprintf("search failed: the retriever answered %d result lists for one query", len(res))}, nil
+	if len(res) != len(queries) {
+		return episode.Step{ToolError: fmt.Sprintf("search failed: the retriever answered %d result lists for %d queries", len(res), len(queries))}, nil
 	}
-	return episode.Step{ToolResult: SearchResult(query, res[0], e.topk, e.maxDocChars)}, nil
+	if len(queries) == 1 {
+		return episode.Step{ToolResult: SearchResult(queries[0], res[0], e.topk, e.maxDocChars)}, nil
+	}
+	results := make([]any, len(queries))
+	var text strings.Builder
+	for i, q := range queries {
+		r := SearchResult(q, res[i], e.topk, e.maxDocChars)
+		results[i] = r
+		fmt.Fprintf(&text, "Query %d: %s\n%s", i+1, q, r["text"])
+	}
+	return episode.Step{ToolResult: map[string]any{"queries": anyList(queries), "results": results, "text": text.String()}}, nil
+}
+
+func anyList(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }
 
 // SearchResult is the tool result of one search as format_tool_result

@@ -74,3 +74,88 @@ func TestEpisodeH0(t *testing.T) {
 		})
 	}
 }
+
+// playScript runs one episode of frankenstein with the harness src against
+// a fake model that replies from the script, searching the test index.
+func playScript(t *testing.T, src []byte, replies ...modeltest.Reply) (episode.Result, []modeltest.Request) {
+	t.Helper()
+	d := NewDomain(testIndex(t))
+	h, err := harness.Load("h.star", src, harness.Options{Contract: d.Contract()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := modeltest.NewServer(t, modeltest.Script(replies...))
+	m, err := models.New(models.Config{Endpoints: []string{srv.URL}, Model: "fake-model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return episode.Run(context.Background(), d, h, m, frankenstein, episode.Config{Seed: 3}), srv.Requests()
+}
+
+// TestEpisodeH0KeepsNoInventedObservation: a model that writes its own
+// <information> and an answer after </search> gets the real retrieval,
+// and nothing it wrote after its search is stored (so none of it reaches
+// the SFT table, which is made of the stored messages).
+func TestEpisodeH0KeepsNoInventedObservation(t *testing.T) {
+	d := NewDomain(nil)
+	res, reqs := playScript(t, d.Baseline(),
+		modeltest.Reply{Content: "<search>Frankenstein novel author</search><information>fake</information><answer>x</answer>"},
+		modeltest.Reply{Content: "<answer>Mary Shelley</answer>"})
+	if res.Error != "" || res.Reward != 1 || res.Turns != 2 {
+		t.Fatalf("finish %s reward %v turns %d error %q", res.FinishReason, res.Reward, res.Turns, res.Error)
+	}
+	if got := res.Messages[1].Content; got != "<search>Frankenstein novel author</search>" {
+		t.Errorf("stored assistant message %q", got)
+	}
+	for i, m := range res.Messages {
+		if strings.Contains(m.Content, "fake") {
+			t.Errorf("message %d keeps the invented observation: %q", i, m.Content)
+		}
+	}
+	obs := reqs[1].Messages[2]
+	if obs.Role != "user" || !strings.Contains(obs.Content, "<information>Doc 1(Title: Frankenstein)") {
+		t.Errorf("observation %+v", obs)
+	}
+	stop, _ := reqs[0].Body["stop"].([]any)
+	if len(stop) != 2 || stop[0] != "</search>" || stop[1] != "</answer>" {
+		t.Errorf("stop sequences sent %v", reqs[0].Body["stop"])
+	}
+}
+
+// nativeSrc is a harness with the native search tool: a list of queries,
+// top-1 passage, and the result as the tool message.
+const nativeSrc = `
+TOOLS = ["search"]
+TOPK = 1
+SYSTEM_PROMPT = ""
+USER_PROMPT = "Answer the question; search if you need to. Put the answer in <answer></answer>. Question: {question}"
+`
+
+func TestEpisodeNativeSearch(t *testing.T) {
+	res, reqs := playScript(t, []byte(nativeSrc),
+		modeltest.Reply{Reasoning: "Who wrote it?", ToolCalls: []modeltest.ToolCall{
+			{ID: "c1", Name: "search", Arguments: `{"query_list": ["Frankenstein novel author", "Mary Shelley"]}`},
+			{ID: "c2", Name: "search", Arguments: `{"query_list": "Frankenstein"}`},
+		}},
+		modeltest.Reply{Content: "<answer>Mary Shelley</answer>"})
+	if res.Error != "" || res.Reward != 1 || res.Turns != 2 {
+		t.Fatalf("finish %s reward %v turns %d error %q", res.FinishReason, res.Reward, res.Turns, res.Error)
+	}
+	tools, _ := reqs[0].Body["tools"].([]any)
+	if len(tools) != 1 || !strings.Contains(string(reqs[0].Raw), `"query_list"`) {
+		t.Fatalf("tools sent: %s", reqs[0].Raw)
+	}
+	msgs := reqs[1].Messages
+	if len(msgs) != 4 || msgs[1].Role != "assistant" || msgs[2].Role != "tool" || msgs[3].Role != "tool" {
+		t.Fatalf("second call's messages %+v", msgs)
+	}
+	if m := msgs[2]; m.ToolCallID != "c1" || !strings.Contains(m.Content, "Query 1: Frankenstein novel author\nDoc 1(Title: Frankenstein)") || !strings.Contains(m.Content, "Query 2: Mary Shelley") || strings.Contains(m.Content, "Doc 2(") {
+		t.Errorf("search result message %+v", m)
+	}
+	if m := msgs[3]; m.ToolCallID != "c2" || !strings.Contains(m.Content, "/query_list: got string, want array") {
+		t.Errorf("schema error message %+v", m)
+	}
+	if res.Messages[1].Reasoning != "Who wrote it?" {
+		t.Errorf("reasoning not stored: %+v", res.Messages[1])
+	}
+}

@@ -24,7 +24,8 @@ import (
 
 // FakeDomain is a FAKE domain "fake": the first observation is the
 // question, an answer ends the episode, and it is correct when it equals
-// the task's first answer. Any other action is illegal.
+// the task's first answer. It offers one native tool, echo, whose result is
+// its text argument; any other action is illegal.
 type FakeDomain struct {
 	// BaselineSrc replaces the default baseline source when set.
 	BaselineSrc string
@@ -36,7 +37,10 @@ const DefaultBaseline = "SYSTEM_PROMPT = \"mode=all\"\nMAX_TURNS = 3\n"
 func (FakeDomain) Name() string { return "fake" }
 
 func (FakeDomain) Contract() *harness.Contract {
-	return harness.Base().Extend(harness.Contract{Name: "fake"})
+	return harness.Base().Extend(harness.Contract{Name: "fake", Tools: []harness.ToolSpec{{
+		Name: "echo", Description: "Repeats its text.",
+		Parameters: map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}, "required": []any{"text"}},
+	}}})
 }
 
 func (d FakeDomain) Baseline() []byte {
@@ -60,6 +64,9 @@ func (e *fakeEnv) Reset(context.Context) (map[string]any, error) {
 }
 
 func (e *fakeEnv) Step(_ context.Context, a harness.Action) (episode.Step, error) {
+	if a.Kind == "tool" && a.Tool == "echo" {
+		return episode.Step{ToolResult: a.Input}, nil
+	}
 	if a.Kind != "answer" {
 		return episode.Step{Illegal: "only answers are allowed"}, nil
 	}
@@ -70,8 +77,6 @@ func (e *fakeEnv) Step(_ context.Context, a harness.Action) (episode.Step, error
 	}
 	return episode.Step{Done: true, Outcome: episode.Outcome{Reward: r, Correct: ok, Answer: a.Answer}}, nil
 }
-
-func (e *fakeEnv) Tools() []models.Tool { return nil }
 
 func (e *fakeEnv) Final(context.Context) episode.Outcome { return episode.Outcome{} }
 
