@@ -262,6 +262,9 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 				step++
 			}
 		}
+		// Every weight step shuffles with the run's seed, not the
+		// stage's, so that the steps of an epoch share its order.
+		shuffle := e.Seed
 		spc.Config = rollout.Config{
 			Domain:    e.Domain,
 			Harness:   harness,
@@ -270,6 +273,7 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 			Samples:   e.RSFT.GroupSize,
 			Offset:    step * e.RSFT.BatchSize,
 			Limit:     e.RSFT.BatchSize,
+			Shuffle:   &shuffle,
 		}
 		spc.Shards = e.Rollout.Shards
 	case StageFilter:
@@ -292,6 +296,7 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 			LoRA:           e.RSFT.LoRA,
 			LoRARank:       e.RSFT.LoRARank,
 			LoRAAlpha:      e.RSFT.LoRAAlpha,
+			MaskReasoning:  e.RSFT.MaskReasoning,
 			Reload:         f.Reload,
 			ReloadCommand:  f.ReloadCommand,
 			Srun:           f.Srun,
@@ -348,5 +353,6 @@ func sampling(m spec.Model) rollout.Sampling {
 		n := int64(m.MaxTokens)
 		s.MaxTokens = &n
 	}
+	s.Stop = m.Stop
 	return s
 }

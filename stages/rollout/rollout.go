@@ -43,6 +43,11 @@ type Config struct {
 	// Offset and Limit pick the window of tasks (see the package doc).
 	Offset int `json:"offset"`
 	Limit  int `json:"limit"`
+	// Shuffle, when set, is the seed of the per-epoch order the window
+	// reads (see the package doc); unset keeps the stored order. A
+	// planner gives every window of a run the same seed, so that they
+	// agree on each epoch's order.
+	Shuffle *int64 `json:"shuffle,omitempty"`
 	// Split, when set, keeps only tasks of that split.
 	Split string `json:"split,omitempty"`
 }
@@ -102,7 +107,7 @@ func (s *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	if err != nil {
 		return err
 	}
-	tasks, err := play.ReadTasks(ctx, x, in, cfg.Domain, cfg.Split, play.Window{Offset: cfg.Offset, Limit: cfg.Limit})
+	tasks, err := play.ReadTasks(ctx, x, in, cfg.Domain, cfg.Split, play.Window{Offset: cfg.Offset, Limit: cfg.Limit, Shuffle: cfg.Shuffle})
 	if err != nil {
 		return err
 	}

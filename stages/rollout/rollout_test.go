@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/whalerun/whale/models/modeltest"
 	"github.com/whalerun/whale/schemas"
 	"github.com/whalerun/whale/stages"
+	"github.com/whalerun/whale/stages/internal/play"
 	"github.com/whalerun/whale/stages/internal/stagetest"
 	"github.com/whalerun/whale/storage"
 )
@@ -189,6 +191,68 @@ func TestRolloutWindow(t *testing.T) {
 				t.Fatalf("window %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// With Shuffle, consecutive windows read each epoch in its own seeded
+// order: each task once per epoch, never twice in a window, and what
+// play.Window.Indices names; the stored-order digest is unchanged.
+func TestRolloutShuffle(t *testing.T) {
+	ctx := context.Background()
+	const n, limit, steps = 10, 4, 5 // two epochs
+	s := openStore(t, "mem://")
+	stagetest.ImportTasks(t, s, "train", tasks(n), 3)
+	srv := modeltest.NewServer(t, stagetest.Policy)
+	seed := int64(11)
+	perEpoch := map[int]map[string]int{}
+	var all []string
+	for step := range steps {
+		cfg := Config{Domain: "fake", Harness: "h0", ModelName: model, Samples: 1, Offset: step * limit, Limit: limit, Shuffle: &seed}
+		res, err := stages.Execute(ctx, s, spec(fmt.Sprintf("r001-w%02d", step+1), cfg, 1, 1, 0), newStage(t, s, srv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []string
+		for _, r := range stagetest.ReadTable[schemas.Rollout](t, s, res.Manifest, "rollouts") {
+			got = append(got, r.TaskID)
+		}
+		for _, i := range (play.Window{Offset: cfg.Offset, Limit: limit, Shuffle: &seed}).Indices(n) {
+			want = append(want, stagetest.Task(i).ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: window %v, want %v", step, got, want)
+		}
+		for j, id := range got {
+			if slices.Contains(got[:j], id) {
+				t.Fatalf("step %d: window %v holds %s twice", step, got, id)
+			}
+			e := (cfg.Offset + j) / n
+			if perEpoch[e] == nil {
+				perEpoch[e] = map[string]int{}
+			}
+			perEpoch[e][id]++
+		}
+		all = append(all, got...)
+	}
+	for e := range 2 {
+		if len(perEpoch[e]) != n {
+			t.Fatalf("epoch %d played %d distinct tasks, want %d: %v", e, len(perEpoch[e]), n, perEpoch[e])
+		}
+	}
+	var stored []string
+	for i := range 2 * n {
+		stored = append(stored, stagetest.Task(i%n).ID)
+	}
+	if slices.Equal(all, stored) || slices.Equal(all[:n], all[n:]) {
+		t.Fatalf("shuffled windows %v: stored order, or the same order twice", all)
+	}
+	plain := Config{Domain: "fake", Harness: "h0", ModelName: model, Limit: limit}
+	b, err := json.Marshal(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "shuffle") {
+		t.Fatalf("unshuffled config %s names shuffle: its digest would change", b)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 
@@ -29,11 +30,13 @@ type Sampling struct {
 	TopK        *int     `json:"top_k,omitempty"`
 	// MaxTokens defaults to the harness's MAX_TOKENS when unset.
 	MaxTokens *int64 `json:"max_tokens,omitempty"`
+	// Stop sequences go before the harness's STOP.
+	Stop []string `json:"stop,omitempty"`
 }
 
 // Models is s as the model client takes it.
 func (s Sampling) Models() models.Sampling {
-	return models.Sampling{Temperature: s.Temperature, TopP: s.TopP, TopK: s.TopK, MaxTokens: s.MaxTokens}
+	return models.Sampling{Temperature: s.Temperature, TopP: s.TopP, TopK: s.TopK, MaxTokens: s.MaxTokens, Stop: s.Stop}
 }
 
 // Seed is the seed of episode (taskID, sample) of a stage whose seed is
@@ -59,16 +62,26 @@ func Seed(stageSeed int64, taskID string, sample int) int64 {
 }
 
 // Window picks tasks from an ordered table of n: Limit tasks starting at
-// Offset, wrapping around the end, so that consecutive train batches
-// (Offset += Limit) cycle through epochs. Offset is taken modulo n; Limit
-// 0, or a Limit above n, means all n tasks once (from Offset): a window
-// never holds a task twice, since two episodes with the same task and
-// sample would share a seed and an evals group.
+// absolute position Offset of an endless sequence of epochs, each epoch
+// being the n tasks once, so that consecutive train batches (Offset +=
+// Limit) cycle through epochs. Limit 0, or a Limit above n, means n: a
+// window never holds a task twice, since two episodes with the same task
+// and sample would share a seed and an evals group.
+//
+// Without Shuffle every epoch is the stored order, and the window is the
+// n tasks from Offset modulo n, wrapping around the end. With Shuffle,
+// epoch e (position p is in epoch ⌊p/n⌋) is an order of its own, a pure
+// function of the seed, e, n and the window's grid: see Indices.
 type Window struct {
 	Offset, Limit int
+	// Shuffle, when set, is the seed of the per-epoch orders; nil keeps
+	// the stored order in every epoch.
+	Shuffle *int64
 }
 
-// Span returns the first index and length of the window over n tasks.
+// Span returns the first index and length of the window over n tasks in
+// stored order (Shuffle aside): the window is the length indices from
+// start, wrapping around n.
 func (w Window) Span(n int) (start, length int) {
 	if n == 0 {
 		return 0, 0
@@ -79,6 +92,103 @@ func (w Window) Span(n int) (start, length int) {
 		length = n
 	}
 	return start, length
+}
+
+// Indices returns the stored-order indices of the window's tasks among n,
+// in window order: length distinct indices (see Span).
+//
+// With Shuffle, epoch e's order starts as a Fisher–Yates shuffle of 0..n-1
+// drawn from a PCG seeded with (*Shuffle, e): see perm. The windows of a
+// run form a grid, the positions Offset + k*L for every integer k, where L
+// is the window's length; all windows of a grid agree on every epoch's
+// order, so each task is in exactly one window slot per epoch. A window
+// that crosses from epoch e into e+1 takes the tail of e's order, then the
+// head of e+1's. When a task of that tail is also in that head, e+1's
+// order is repaired before any window reads it: the head keeps its other
+// tasks in place and takes, for each such task in turn, the next task of
+// e+1's order after the head that is not in the tail; the two swap places,
+// so the displaced task comes later in epoch e+1. The swap partners are
+// taken before the part of e+1's order that the next crossing window
+// reads, so that part, and so every repair, depends only on the shuffles
+// of epochs e and e+1 (two or three shuffles per window, whatever the
+// Offset). There are always enough partners when 2L-1 ≤ n. With a larger
+// window (more than about half the tasks, Limit 0 included) each task
+// once per epoch and no task twice in a window cannot both hold with
+// epochs drawn independently, so then every epoch uses the order of
+// epoch 0, unrepaired, which keeps both.
+func (w Window) Indices(n int) []int {
+	start, length := w.Span(n)
+	idx := make([]int, length)
+	if w.Shuffle == nil || n == 0 {
+		for j := range idx {
+			idx[j] = (start + j) % n
+		}
+		return idx
+	}
+	seed, L := *w.Shuffle, length
+	if 2*L-1 > n {
+		order := perm(n, seed, 0)
+		for j := range idx {
+			idx[j] = order[(start+j)%n]
+		}
+		return idx
+	}
+	// The window starts at index start of epoch e; tail(k) is how many
+	// positions of epoch e+k-1 the grid window crossing into epoch e+k
+	// holds (0 when a window starts at the boundary).
+	e := w.Offset / n
+	if w.Offset%n < 0 {
+		e--
+	}
+	tail := func(k int) int { return (((k*n - start) % L) + L) % L }
+	order := epochOrder(n, L, seed, e, tail(0), tail(1))
+	for j := range idx {
+		if start+j == n {
+			order = epochOrder(n, L, seed, e+1, tail(1), tail(2))
+		}
+		idx[j] = order[(start+j)%n]
+	}
+	return idx
+}
+
+// epochOrder is the order of epoch e of n tasks under windows of length L
+// (2L-1 ≤ n) when the window crossing into e holds the last in positions
+// of epoch e-1 and the window crossing out of e the last out of e.
+func epochOrder(n, L int, seed int64, e, in, out int) []int {
+	order := perm(n, seed, e)
+	if in == 0 {
+		return order
+	}
+	// The previous epoch's repair left its last in positions alone.
+	prev := map[int]bool{}
+	for _, i := range perm(n, seed, e-1)[n-in:] {
+		prev[i] = true
+	}
+	head, j := L-in, L-in
+	for i := range head {
+		if !prev[order[i]] {
+			continue
+		}
+		for j < n-out && prev[order[j]] {
+			j++
+		}
+		if j >= n-out {
+			panic("play: no partner for a repeated task: 2L-1 > n")
+		}
+		order[i], order[j] = order[j], order[i]
+		j++
+	}
+	return order
+}
+
+// perm is epoch's order of 0..n-1: math/rand/v2's Perm drawn from
+// rand.NewPCG(uint64(seed), uint64(epoch)). Go pins PCG's outputs and
+// Rand's draws from release to release (math/rand/v2's regression test),
+// so a rerun reads the same order; the orders are those of 64-bit
+// platforms, where whale runs (Rand draws small bounds another way on
+// 32-bit ones).
+func perm(n int, seed int64, epoch int) []int {
+	return rand.New(rand.NewPCG(uint64(seed), uint64(epoch))).Perm(n)
 }
 
 // Tasks is a window read from a tasks input.
@@ -136,12 +246,12 @@ func ReadTasks(ctx context.Context, x *stages.Exec, in *storage.Manifest, domain
 		}
 		return Tasks{}, fmt.Errorf("input %s has no tasks", in.Dir)
 	}
-	start, n := w.Span(len(all))
-	list := make([]schemas.Task, n)
-	for j := range n {
-		list[j] = all[(start+j)%len(all)]
+	idx := w.Indices(len(all))
+	list := make([]schemas.Task, len(idx))
+	for j, i := range idx {
+		list[j] = all[i]
 	}
-	return Tasks{List: list, Total: len(all), Start: start}, nil
+	return Tasks{List: list, Total: len(all), Start: idx[0]}, nil
 }
 
 func fileNames(m *storage.Manifest) string {
