@@ -142,6 +142,9 @@ type Model struct {
 	TopK      int     `yaml:"top_k" json:"top_k"`
 	TopP      float64 `yaml:"top_p" json:"top_p"`
 	MaxTokens int     `yaml:"max_tokens" json:"max_tokens"`
+	// Stop sequences sent with every call, before the harness's STOP; the
+	// loop cuts a reply at the end of its parsed action either way.
+	Stop []string `yaml:"stop" json:"stop,omitempty"`
 	// Concurrency is the number of requests in flight per endpoint.
 	Concurrency int `yaml:"concurrency" json:"concurrency"`
 	// Extra is merged into every request body (vendor extras such as
@@ -164,6 +167,11 @@ type RSFT struct {
 	LoRA      bool `yaml:"lora" json:"lora"`
 	LoRARank  int  `yaml:"lora_rank" json:"lora_rank"`
 	LoRAAlpha int  `yaml:"lora_alpha" json:"lora_alpha"`
+	// MaskReasoning keeps the reasoning of assistant messages (vLLM's
+	// reasoning_content) in the training context but out of the loss. The
+	// default trains on it: it is model-written text, and the paper trains
+	// on exactly what the model produced.
+	MaskReasoning bool `yaml:"mask_reasoning" json:"mask_reasoning,omitempty"`
 }
 
 // Harness configures Meta-Harness search.

@@ -223,6 +223,14 @@ func (e *Experiment) validateModel(c *checker) {
 	}
 	c.atLeast("model.max_tokens", int64(m.MaxTokens), 1)
 	c.atLeast("model.concurrency", int64(m.Concurrency), 1)
+	if len(m.Stop) > 16 {
+		c.add("model.stop", "at most 16 stop sequences, got %d", len(m.Stop))
+	}
+	for i, s := range m.Stop {
+		if s == "" {
+			c.add(fmt.Sprintf("model.stop[%d]", i), "must be a non-empty string")
+		}
+	}
 	keys := make([]string, 0, len(m.Extra))
 	for k := range m.Extra {
 		keys = append(keys, k)

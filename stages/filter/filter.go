@@ -254,7 +254,7 @@ func Examples(r schemas.Rollout) ([]schemas.SFTExample, error) {
 		for i, m := range r.Messages {
 			mask[i] = m.Role == "assistant"
 		}
-		return []schemas.SFTExample{{ExampleID: ep, EpisodeID: ep, TaskID: r.TaskID, Messages: r.Messages, TrainMask: mask}}, nil
+		return []schemas.SFTExample{{ExampleID: ep, EpisodeID: ep, TaskID: r.TaskID, Messages: r.Messages, TrainMask: mask, Tools: r.Tools}}, nil
 	}
 
 	var replies []int // indices of assistant messages in the transcript
@@ -301,7 +301,7 @@ func Examples(r schemas.Rollout) ([]schemas.SFTExample, error) {
 		mask := make([]bool, len(msgs))
 		mask[len(mask)-1] = true
 		id := ep + "#" + strconv.Itoa(int(ev.Turn))
-		out = append(out, schemas.SFTExample{ExampleID: id, EpisodeID: ep, TaskID: r.TaskID, Messages: msgs, TrainMask: mask})
+		out = append(out, schemas.SFTExample{ExampleID: id, EpisodeID: ep, TaskID: r.TaskID, Messages: msgs, TrainMask: mask, Tools: r.Tools})
 	}
 	return out, nil
 }

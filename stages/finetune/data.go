@@ -112,6 +112,9 @@ type JSONLExample struct {
 	ExampleID string         `json:"example_id"`
 	EpisodeID string         `json:"episode_id"`
 	TaskID    string         `json:"task_id"`
+	// Tools is the OpenAI tools array the model was offered, for the chat
+	// template's tools argument; absent when there were none.
+	Tools json.RawMessage `json:"tools,omitempty"`
 }
 
 // JSONLMessage is an OpenAI-style chat message, the form chat templates
@@ -122,6 +125,10 @@ type JSONLMessage struct {
 	Name       string          `json:"name,omitempty"`
 	ToolCallID string          `json:"tool_call_id,omitempty"`
 	ToolCalls  []JSONLToolCall `json:"tool_calls,omitempty"`
+	// Reasoning is the thinking the server returned apart from the
+	// content; the reference trainer renders it as the chat template's
+	// reasoning_content.
+	Reasoning string `json:"reasoning,omitempty"`
 }
 
 // JSONLToolCall is one tool call of an assistant message.
@@ -170,6 +177,12 @@ func toJSONL(ex schemas.SFTExample) (JSONLExample, int64, error) {
 		EpisodeID: ex.EpisodeID,
 		TaskID:    ex.TaskID,
 	}
+	if ex.Tools != "" {
+		if !json.Valid([]byte(ex.Tools)) {
+			return JSONLExample{}, 0, fmt.Errorf("tools is not JSON: %.80q", ex.Tools)
+		}
+		out.Tools = json.RawMessage(ex.Tools)
+	}
 	var n int64
 	for i, m := range ex.Messages {
 		if ex.TrainMask[i] {
@@ -178,7 +191,7 @@ func toJSONL(ex schemas.SFTExample) (JSONLExample, int64, error) {
 			}
 			n++
 		}
-		jm := JSONLMessage{Role: m.Role, Content: m.Content, Name: m.Name, ToolCallID: m.ToolCallID}
+		jm := JSONLMessage{Role: m.Role, Content: m.Content, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.Reasoning}
 		for _, tc := range m.ToolCalls {
 			jm.ToolCalls = append(jm.ToolCalls, JSONLToolCall{ID: tc.ID, Type: "function", Function: JSONLFunction{Name: tc.Name, Arguments: tc.Arguments}})
 		}

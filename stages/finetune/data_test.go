@@ -94,6 +94,12 @@ func TestExportJSONL(t *testing.T) {
 				if _, has := msgs[0].(map[string]any)["tool_calls"]; has {
 					t.Errorf("line %d: empty tool_calls written", i)
 				}
+				if r := msgs[2].(map[string]any)["reasoning"]; r != fmt.Sprintf("add 1 to %d", i) {
+					t.Errorf("line %d: reasoning %v", i, r)
+				}
+				if _, has := msgs[4].(map[string]any)["reasoning"]; has {
+					t.Errorf("line %d: empty reasoning written", i)
+				}
 				if ex["example_id"] != fmt.Sprintf("ex%d", i) || len(ex["train_mask"].([]any)) != 5 {
 					t.Errorf("line %d: %s", i, l)
 				}

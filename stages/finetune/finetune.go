@@ -58,7 +58,8 @@ const (
 //	WHALE_MODEL_ID         the id the checkpoint will get unless the trainer
 //	                       writes another to $WHALE_OUTPUT_DIR/whale_model_id
 //	WHALE_LEARNING_RATE, WHALE_EPOCHS, WHALE_LORA (1 or 0), WHALE_LORA_RANK,
-//	WHALE_LORA_ALPHA, WHALE_SEED, WHALE_RUN, WHALE_POSITION, WHALE_ATTEMPT
+//	WHALE_LORA_ALPHA, WHALE_TRAIN_REASONING (1, or 0 with MaskReasoning),
+//	WHALE_SEED, WHALE_RUN, WHALE_POSITION, WHALE_ATTEMPT
 type Config struct {
 	// Backend is "command" (the default when empty) or "local" (whale's
 	// built-in model, trained in-process: see local.go).
@@ -85,6 +86,9 @@ type Config struct {
 	LoRA         bool    `json:"lora"`
 	LoRARank     int     `json:"lora_rank"`
 	LoRAAlpha    int     `json:"lora_alpha"`
+	// MaskReasoning tells the trainer to leave the reasoning of assistant
+	// messages out of the loss (WHALE_TRAIN_REASONING=0).
+	MaskReasoning bool `json:"mask_reasoning,omitempty"`
 
 	// Reload is none (or empty), vllm-lora or command.
 	Reload        string `json:"reload"`
@@ -110,7 +114,7 @@ var reservedEnv = map[string]bool{
 	"WHALE_SFT_PARQUET": true, "WHALE_SFT_JSONL": true, "WHALE_SFT_EXAMPLES": true,
 	"WHALE_BASE_CHECKPOINT": true, "WHALE_BASE_MODEL": true, "WHALE_OUTPUT_DIR": true,
 	"WHALE_MODEL_ID": true, "WHALE_LEARNING_RATE": true, "WHALE_EPOCHS": true,
-	"WHALE_LORA": true, "WHALE_LORA_RANK": true, "WHALE_LORA_ALPHA": true,
+	"WHALE_LORA": true, "WHALE_LORA_RANK": true, "WHALE_LORA_ALPHA": true, "WHALE_TRAIN_REASONING": true,
 	"WHALE_SEED": true, "WHALE_RUN": true, "WHALE_POSITION": true, "WHALE_ATTEMPT": true,
 	"WHALE_CHECKPOINT_DIR": true,
 }
@@ -299,6 +303,7 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		"WHALE_LEARNING_RATE":   strconv.FormatFloat(cfg.LearningRate, 'g', -1, 64),
 		"WHALE_EPOCHS":          strconv.Itoa(cfg.Epochs),
 		"WHALE_LORA":            boolEnv(cfg.LoRA),
+		"WHALE_TRAIN_REASONING": boolEnv(!cfg.MaskReasoning),
 		"WHALE_LORA_RANK":       strconv.Itoa(cfg.LoRARank),
 		"WHALE_LORA_ALPHA":      strconv.Itoa(cfg.LoRAAlpha),
 		"WHALE_SEED":            strconv.FormatInt(x.Seed, 10),

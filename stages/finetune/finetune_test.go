@@ -80,7 +80,7 @@ func examples(n int) []schemas.SFTExample {
 			Messages: []schemas.Message{
 				{Role: "system", Content: "be brief"},
 				{Role: "user", Content: fmt.Sprintf("what is %d+1?", i)},
-				{Role: "assistant", Content: "", ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "calc", Arguments: fmt.Sprintf(`{"x":%d}`, i)}}},
+				{Role: "assistant", Content: "", Reasoning: fmt.Sprintf("add 1 to %d", i), ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "calc", Arguments: fmt.Sprintf(`{"x":%d}`, i)}}},
 				{Role: "tool", Content: strconv.Itoa(i + 1), ToolCallID: "c1"},
 				{Role: "assistant", Content: fmt.Sprintf("<answer>%d</answer>", i+1)},
 			},
@@ -103,8 +103,8 @@ func commitSFT(t *testing.T, s *storage.Store, pos string, rows []schemas.SFTExa
 const countingTrainer = `set -e
 echo "training on $WHALE_SFT_EXAMPLES examples"
 n=$(wc -l < "$WHALE_SFT_JSONL")
-printf 'lines=%s lr=%s epochs=%s lora=%s/%s/%s seed=%s at=%s/%s\n' "$n" "$WHALE_LEARNING_RATE" "$WHALE_EPOCHS" \
-  "$WHALE_LORA" "$WHALE_LORA_RANK" "$WHALE_LORA_ALPHA" "$WHALE_SEED" "$WHALE_RUN" "$WHALE_POSITION" > "$WHALE_OUTPUT_DIR/model.bin"
+printf 'lines=%s lr=%s epochs=%s lora=%s/%s/%s reasoning=%s seed=%s at=%s/%s\n' "$n" "$WHALE_LEARNING_RATE" "$WHALE_EPOCHS" \
+  "$WHALE_LORA" "$WHALE_LORA_RANK" "$WHALE_LORA_ALPHA" "$WHALE_TRAIN_REASONING" "$WHALE_SEED" "$WHALE_RUN" "$WHALE_POSITION" > "$WHALE_OUTPUT_DIR/model.bin"
 mkdir -p "$WHALE_OUTPUT_DIR/data"
 cp "$WHALE_SFT_JSONL" "$WHALE_OUTPUT_DIR/data/train.jsonl"
 ls "$WHALE_SFT_PARQUET" > "$WHALE_OUTPUT_DIR/data/parquet-files.txt"
@@ -223,7 +223,7 @@ func TestFinetuneCommandTrainer(t *testing.T) {
 		if sum[SumCheckpointBytes] != float64(total) {
 			t.Errorf("checkpoint_bytes %v, files add up to %d", sum[SumCheckpointBytes], total)
 		}
-		want := "lines=3 lr=1e-06 epochs=1 lora=1/8/16 seed=7 at=exp/r001-w01\nextra=yes\n"
+		want := "lines=3 lr=1e-06 epochs=1 lora=1/8/16 reasoning=1 seed=7 at=exp/r001-w01\nextra=yes\n"
 		if got := fileOf(t, s, idx, "model.bin"); got != want {
 			t.Errorf("model.bin = %q, want %q", got, want)
 		}

@@ -235,18 +235,27 @@ func LocalExample(ex schemas.SFTExample) (local.Example, error) {
 	if len(ex.TrainMask) != len(ex.Messages) {
 		return local.Example{}, fmt.Errorf("train_mask has %d entries for %d messages", len(ex.TrainMask), len(ex.Messages))
 	}
-	ids, asst, err := local.Encode(ex.Messages, false)
+	tools, err := local.ToolsFromJSON(ex.Tools)
 	if err != nil {
 		return local.Example{}, err
 	}
-	// The template is <|bos|> then one span per message, so message k
-	// ends where the encoding of the first k+1 messages ends.
+	ids, asst, err := local.EncodeTools(ex.Messages, tools, false)
+	if err != nil {
+		return local.Example{}, err
+	}
+	// The template is <|bos|>, the turn listing the tools if any, then one
+	// span per message, so message k ends where the encoding of the first
+	// k+1 messages ends.
+	head, _, err := local.EncodeTools(nil, tools, false)
+	if err != nil {
+		return local.Example{}, err
+	}
 	mask := make([]bool, len(ids))
-	start := 1
+	start := len(head)
 	for k := range ex.Messages {
 		end := len(ids)
 		if k+1 < len(ex.Messages) {
-			pre, _, err := local.Encode(ex.Messages[:k+1], false)
+			pre, _, err := local.EncodeTools(ex.Messages[:k+1], tools, false)
 			if err != nil {
 				return local.Example{}, err
 			}

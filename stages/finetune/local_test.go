@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -198,6 +199,33 @@ func TestLocalExampleMask(t *testing.T) {
 	}
 	if _, err := LocalExample(schemas.SFTExample{Messages: msgs, TrainMask: []bool{true}}); err == nil {
 		t.Error("short train_mask accepted")
+	}
+
+	// With tools the context starts with the turn listing them, as the
+	// server rendered it at rollout; it carries no loss.
+	tools := `[{"type":"function","function":{"name":"search","parameters":{"type":"object"}}}]`
+	calls := []schemas.Message{{Role: "user", Content: "u"}, {Role: "assistant", ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "search", Arguments: `{"q":"x"}`}}},
+		{Role: "tool", Content: "r", ToolCallID: "c1"}, {Role: "assistant", Content: "ab"}}
+	ex, err := LocalExample(schemas.SFTExample{Messages: calls, TrainMask: []bool{false, true, false, true}, Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt, _ := local.ToolsFromJSON(tools)
+	want, _, _ := local.EncodeTools(calls, lt, false)
+	if !slices.Equal(ex.Tokens, want) {
+		t.Fatalf("tokens differ from the server's rendering")
+	}
+	var trained strings.Builder
+	for i, id := range ex.Tokens {
+		if ex.Mask[i] && id < 256 {
+			trained.WriteByte(byte(id))
+		}
+	}
+	if got := trained.String(); !strings.Contains(got, `"name":"search"`) || !strings.HasSuffix(got, "ab") || !strings.HasPrefix(got, "<tool_call>") || strings.Contains(got, "<tools>") {
+		t.Errorf("trained on %q", got)
+	}
+	if _, err := LocalExample(schemas.SFTExample{Messages: calls, TrainMask: []bool{false, true, false, true}, Tools: "{"}); err == nil {
+		t.Error("tools that are not JSON accepted")
 	}
 }
 
