@@ -56,15 +56,16 @@ chromium:
 	else echo "chromium is missing and this is not root: the report rendering test will skip (and fail under CI=true)"; fi
 
 # PyTorch (Debian 12: torch 1.13.1, CPU) for the reference trainer's tests
-# in jobs/trainers; installing it needs root and takes minutes the first
-# time. Skipped when some python3 on the machine already imports torch.
+# in jobs/trainers, and jinja2 (which python3-torch does not pull in) for
+# their chat-template tests; installing them needs root and takes minutes
+# the first time. Skipped when some python3 on the machine imports both.
 torch:
 	@for py in "$${WHALE_PYTHON:-}" python3 /usr/bin/python3; do \
-		[ -n "$$py" ] && "$$py" -c 'import torch' 2>/dev/null && exit 0; \
+		[ -n "$$py" ] && "$$py" -c 'import torch, jinja2' 2>/dev/null && exit 0; \
 	done; \
-	echo "installing python3-torch for the trainer tests"; \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >/dev/null || \
-	{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >/dev/null; }
+	echo "installing python3-torch and python3-jinja2 for the trainer tests"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch python3-jinja2 >/dev/null || \
+	{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch python3-jinja2 >/dev/null; }
 
 $(VERSITYGW):
 	@mkdir -p $(TOOLS)

@@ -5,8 +5,9 @@
 //
 // The Go tests here run the Python unit tests (toy model, no transformers)
 // and the finetune stage end to end with the toy trainer; they need a
-// python3 that imports torch (apt-get install -y python3-torch). With
-// CI=true a missing torch fails them; otherwise they are skipped.
+// python3 that imports torch, and jinja2 for the chat-template tests
+// (apt-get install -y python3-torch python3-jinja2). With CI=true a missing
+// torch or jinja2 fails them; otherwise they are skipped.
 package trainers
 
 import "embed"

@@ -70,6 +70,74 @@ class TrainSFTTest(unittest.TestCase):
         self.assertAlmostEqual(stats2["losses"][0], trained, delta=0.5)
         self.assertGreater(abs(stats2["losses"][0] - fresh), 0.5, "the second step did not load the first's weights")
 
+    def test_reasoning_trained_or_masked(self):
+        try:
+            import jinja2  # noqa: F401
+        except ImportError:
+            if os.environ.get("CI") == "true":
+                raise
+            self.skipTest("no jinja2 (apt-get install -y python3-jinja2)")
+        with open(self.jsonl, "w") as f:
+            for i in range(4):
+                f.write(json.dumps({"messages": [
+                    {"role": "user", "content": f"add {i} and 1"},
+                    {"role": "assistant", "content": f"<answer>{i + 1}</answer>", "reasoning": f"{i} plus one"}],
+                    "train_mask": [False, True], "example_id": f"e{i}"}) + "\n")
+        # The toy tokenizer's own template ignores reasoning: refused.
+        os.environ["WHALE_OUTPUT_DIR"] = os.path.join(self.dir, "refused")
+        with self.assertRaisesRegex(whale_sft.DataError, "'e0': message 1 \\(assistant\\) has reasoning"):
+            train_sft.main([])
+        os.environ["WHALE_CHAT_TEMPLATE"] = os.path.join(HERE, "testdata", "qwen3_like.jinja")
+        tokens = {}
+        for flag in ("1", "0"):
+            os.environ["WHALE_TRAIN_REASONING"] = flag
+            stats = self.train(os.path.join(self.dir, "out" + flag), "toy/base")
+            self.assertEqual(stats["train_reasoning"], flag == "1")
+            tokens[flag] = stats["trained_tokens"]
+        self.assertEqual(tokens["1"] - tokens["0"], sum(len(f"{i} plus one") for i in range(4)))
+
+    def test_tools_are_context(self):
+        try:
+            import jinja2  # noqa: F401
+        except ImportError:
+            if os.environ.get("CI") == "true":
+                raise
+            self.skipTest("no jinja2 (apt-get install -y python3-jinja2)")
+        tools = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+
+        def write(tools):
+            with open(self.jsonl, "w") as f:
+                for i in range(4):
+                    ex = {"messages": [
+                        {"role": "system", "content": "use add"},
+                        {"role": "user", "content": f"add {i} and 1"},
+                        {"role": "assistant", "content": f"<answer>{i + 1}</answer>"}],
+                        "train_mask": [False, False, True], "example_id": f"e{i}"}
+                    if tools is not None:
+                        ex["tools"] = tools
+                    f.write(json.dumps(ex) + "\n")
+
+        os.environ["WHALE_CHAT_TEMPLATE"] = os.path.join(HERE, "testdata", "qwen3_like.jinja")
+        stats = {}
+        for name, t in (("tools", tools), ("none", None)):
+            write(t)
+            stats[name] = self.train(os.path.join(self.dir, "out-" + name), "toy/base")
+        self.assertEqual((stats["tools"]["examples_with_tools"], stats["none"]["examples_with_tools"]), (4, 0))
+        # The tool definitions are in the context, and carry no loss.
+        self.assertEqual(stats["tools"]["trained_tokens"], stats["none"]["trained_tokens"])
+        write(tools)
+        tok = AutoTokenizer.from_pretrained("toy/base")
+        with open(os.environ["WHALE_CHAT_TEMPLATE"]) as f:
+            tok.chat_template = f.read()
+        feat = whale_sft.features(whale_sft.load_examples()[0], tok)
+        self.assertIn('<tools>\n{"type": "function", "function": {"name": "add"', tok.decode(feat["input_ids"]))
+        # A malformed tools value is refused, naming the example.
+        write([{"type": "function", "function": {"description": "no name"}}])
+        os.environ["WHALE_OUTPUT_DIR"] = os.path.join(self.dir, "refused")
+        with self.assertRaisesRegex(whale_sft.DataError, "sft.jsonl:1 \\(example 'e0'\\): tools\\[0\\] has no function name"):
+            train_sft.main([])
+
     def test_lora_adapter_base_needs_lora(self):
         base = os.path.join(self.dir, "adapter")
         os.makedirs(base)

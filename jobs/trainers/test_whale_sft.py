@@ -1,7 +1,8 @@
 """Tests of whale_sft with a toy tokenizer and a tiny torch model.
 
 Run: python3 -m unittest discover -s jobs/trainers -p 'test_*.py'
-(needs PyTorch: apt-get install -y python3-torch).
+(needs PyTorch, and jinja2 for the chat-template tests:
+apt-get install -y python3-torch python3-jinja2).
 """
 
 import copy
@@ -17,7 +18,15 @@ sys.path[:0] = [HERE, os.path.join(HERE, "testdata")]
 import torch  # noqa: E402
 
 import whale_sft  # noqa: E402
-from toy import TinyLM, ToyTokenizer  # noqa: E402
+from toy import JinjaTokenizer, TinyLM, ToyTokenizer  # noqa: E402
+
+try:
+    import jinja2  # noqa: F401  (what transformers renders chat templates with)
+    NO_JINJA = None
+except ImportError:
+    NO_JINJA = "no jinja2 (apt-get install -y python3-jinja2)"
+    if os.environ.get("CI") == "true":
+        raise
 
 IGNORE = whale_sft.IGNORE
 
@@ -84,6 +93,324 @@ class MaskTest(unittest.TestCase):
             "train_mask": [False, True, False, True]}, "t")
         with self.assertRaisesRegex(whale_sft.DataError, "not prefix-consistent at message 2"):
             whale_sft.features(ex, Rewriting())
+
+
+    def test_no_reasoning_is_unchanged(self):
+        # The pieces of a chat without reasoning, as before reasoning was
+        # supported; train_reasoning changes nothing.
+        ex = chat(3)
+        want = [
+            ("<|im_start|>system\nbe brief<|im_end|>\n", False),
+            ("<|im_start|>user\nwhat is 3+1?<|im_end|>\n", False),
+            ("<|im_start|>assistant\n", False),
+            ('<tool_call>{"name": "calc", "arguments": "{\\"x\\": 3}"}</tool_call><|im_end|>\n', True),
+            ("<|im_start|>tool\n4<|im_end|>\n", False),
+            ("<|im_start|>assistant\n", False),
+            ("<answer>4</answer><|im_end|>\n", True),
+        ]
+        self.assertEqual(whale_sft.segments(ex, self.tok), want)
+        self.assertEqual(whale_sft.segments(ex, self.tok, train_reasoning=False), want)
+        self.assertEqual(whale_sft.features(ex, self.tok, train_reasoning=False), whale_sft.features(ex, self.tok))
+
+
+def template(name):
+    with open(os.path.join(HERE, "testdata", name)) as f:
+        return f.read()
+
+
+# A ChatML template that has no notion of reasoning.
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def call(i, name, args):
+    return {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+@unittest.skipIf(NO_JINJA, NO_JINJA)
+class ReasoningTest(unittest.TestCase):
+    """Reasoning rendered by testdata/qwen3_like.jinja, which treats
+    reasoning_content the way Qwen3's chat template does."""
+
+    def setUp(self):
+        self.tok = JinjaTokenizer(template("qwen3_like.jinja"))
+
+    def split(self, feat):
+        """The trained and the untrained text of feat (the toy tokenizer's
+        tokens are characters or whole special tokens)."""
+        trained = self.tok.decode([i for i, l in zip(feat["input_ids"], feat["labels"]) if l != IGNORE])
+        masked = self.tok.decode([i for i, l in zip(feat["input_ids"], feat["labels"]) if l == IGNORE])
+        return trained, masked
+
+    def native(self, parallel=False):
+        calls = [call(1, "search", {"q": "capital of France"})]
+        results = [{"role": "tool", "content": "Paris is the capital.", "tool_call_id": "c1"}]
+        if parallel:
+            calls.append(call(2, "search", {"q": "river of Paris"}))
+            results.append({"role": "tool", "content": "The Seine.", "tool_call_id": "c2"})
+        return whale_sft.check_example({
+            "example_id": "native",
+            "messages": [
+                {"role": "system", "content": "use the tools"},
+                {"role": "user", "content": "what is the capital of France?"},
+                {"role": "assistant", "content": "", "tool_calls": calls,
+                 "reasoning": "I should search for it."},
+                *results,
+                {"role": "assistant", "content": "<answer>Paris</answer>",
+                 "reasoning": "\nThe result says Paris.\n"},
+            ],
+            "train_mask": [False, False, True, *[False] * len(results), True],
+        }, "test")
+
+    def test_native_tools_keep_reasoning(self):
+        for parallel in (False, True):
+            ex = self.native(parallel)
+            full = self.tok.apply_chat_template(ex["messages"])
+            self.assertIn("<think>\nI should search for it.\n</think>", full,
+                          "inside a tool-call chain the template keeps the earlier reasoning")
+            calls = '<tool_call>\n{"name": "search", "arguments": {"q": "capital of France"}}\n</tool_call>'
+            if parallel:
+                calls += '\n<tool_call>\n{"name": "search", "arguments": {"q": "river of Paris"}}\n</tool_call>'
+            def turns(r1, r2):
+                return (f"<think>\n{r1}\n</think>\n\n" + calls + "<|im_end|>\n"
+                        f"<think>\n{r2}\n</think>\n\n<answer>Paris</answer><|im_end|>\n")
+            r1, r2 = "I should search for it.", "The result says Paris."
+            for train_reasoning in (True, False):
+                with self.subTest(parallel=parallel, train_reasoning=train_reasoning):
+                    feat = whale_sft.features(ex, self.tok, train_reasoning=train_reasoning)
+                    self.assertEqual(self.tok.decode(feat["input_ids"]), full, "the pieces rebuild the whole chat")
+                    trained, masked = self.split(feat)
+                    if train_reasoning:
+                        self.assertEqual(trained, turns(r1, r2))
+                    else:
+                        # The reasoning stays in the context, out of the loss.
+                        self.assertEqual(trained, turns("", ""))
+                        self.assertIn(r1, masked)
+                        self.assertIn(r2, masked)
+                    for untrained in ("use the tools", "capital of France?", "<tool_response>", "Paris is",
+                                      "Seine", "<|im_start|>"):
+                        self.assertNotIn(untrained, trained)
+            # Reasoning carries loss by default; masking it removes exactly its tokens.
+            n1 = whale_sft.trained_tokens(whale_sft.features(ex, self.tok))
+            n0 = whale_sft.trained_tokens(whale_sft.features(ex, self.tok, train_reasoning=False))
+            self.assertEqual(n1 - n0, len(r1) + len(r2))
+
+    def test_tag_based_tools_are_refused(self):
+        # The observation comes back as a user message: the template drops
+        # the first turn's reasoning once it follows, as it did at rollout.
+        ex = whale_sft.check_example({
+            "example_id": "tagged",
+            "messages": [
+                {"role": "user", "content": "what is the capital of France?"},
+                {"role": "assistant", "content": "<search>capital of France</search>",
+                 "reasoning": "I should search for it."},
+                {"role": "user", "content": "<information>Paris is the capital.</information>"},
+                {"role": "assistant", "content": "<answer>Paris</answer>", "reasoning": "It says Paris."},
+            ],
+            "train_mask": [False, True, False, True],
+        }, "test")
+        for train_reasoning in (True, False):
+            with self.assertRaises(whale_sft.DataError) as cm:
+                whale_sft.features(ex, self.tok, train_reasoning=train_reasoning)
+            msg = str(cm.exception)
+            for want in ("'tagged'", "not prefix-consistent at message 2 (user)",
+                         "changed the text of message 1 (assistant)", "inside a tool-call chain",
+                         "comes back as a user message", "tag-based tools", "native tools", "WHALE_CHAT_TEMPLATE"):
+                self.assertIn(want, msg)
+        # Without reasoning the same episode renders history verbatim.
+        for m in ex["messages"]:
+            m.pop("reasoning_content", None)
+        self.assertIsNotNone(whale_sft.features(ex, self.tok))
+        # An observation that is exactly a <tool_response> block does not
+        # count as a query for Qwen3, so its reasoning is kept.
+        ex = whale_sft.check_example({"messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "<tool_call>x</tool_call>", "reasoning": "r1"},
+            {"role": "user", "content": "<tool_response>y</tool_response>"},
+            {"role": "assistant", "content": "a", "reasoning": "r2"}],
+            "train_mask": [False, True, False, True]}, "t")
+        trained, _ = self.split(whale_sft.features(ex, self.tok))
+        self.assertEqual(trained, "<think>\nr1\n</think>\n\n<tool_call>x</tool_call><|im_end|>\n"
+                                  "<think>\nr2\n</think>\n\na<|im_end|>\n")
+
+    def test_template_ignoring_reasoning_is_refused(self):
+        ex = self.native()
+        for tok in (JinjaTokenizer(CHATML), ToyTokenizer()):
+            for train_reasoning in (True, False):
+                with self.assertRaisesRegex(
+                        whale_sft.DataError,
+                        r"example 'native': message 2 \(assistant\) has reasoning, but the chat template "
+                        r"renders nothing of reasoning_content: training would drop what the model generated"):
+                    whale_sft.features(ex, tok, train_reasoning=train_reasoning)
+        # An untrained assistant message's reasoning counts as well: it is
+        # the context later turns were generated from.
+        ex["train_mask"][2] = False
+        with self.assertRaisesRegex(whale_sft.DataError, "message 2 \\(assistant\\) has reasoning"):
+            whale_sft.features(ex, JinjaTokenizer(CHATML))
+
+    def test_no_reasoning_with_the_template(self):
+        ex = self.native()
+        for m in ex["messages"]:
+            m.pop("reasoning_content", None)
+        full = self.tok.apply_chat_template(ex["messages"])
+        self.assertNotIn("<think>", full)
+        feat = whale_sft.features(ex, self.tok)
+        self.assertEqual(feat, whale_sft.features(ex, self.tok, train_reasoning=False))
+        self.assertEqual(self.tok.decode(feat["input_ids"]), full)
+        trained, _ = self.split(feat)
+        self.assertEqual(trained, '<tool_call>\n{"name": "search", "arguments": {"q": "capital of France"}}\n'
+                                  '</tool_call><|im_end|>\n<answer>Paris</answer><|im_end|>\n')
+
+    def test_history_rewrite_in_a_model_turn_is_still_refused(self):
+        # Merging consecutive tool results is allowed (no model text
+        # changes); a tool message that rewrites the assistant turn is not.
+        class Rewriting(JinjaTokenizer):
+            def apply_chat_template(self, messages, **kw):
+                if messages[-1]["role"] == "tool":
+                    messages = [dict(m, tool_calls=[]) if m["role"] == "assistant" else m for m in messages]
+                return super().apply_chat_template(messages, **kw)
+        ex = self.native()
+        for m in ex["messages"]:
+            m.pop("reasoning_content", None)
+        with self.assertRaisesRegex(whale_sft.DataError, "at message 3 \\(tool\\): rendering it changed the text "
+                                                         "of message 2 \\(assistant\\)"):
+            whale_sft.features(ex, Rewriting(template("qwen3_like.jinja")))
+
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "search", "description": "Looks the query up on the web.",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}},
+    {"type": "function", "function": {"name": "done", "description": "Ends the episode.",
+                                      "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+class Recording(JinjaTokenizer):
+    """Records the keyword arguments of every apply_chat_template call."""
+
+    def __init__(self, chat_template):
+        super().__init__(chat_template)
+        self.calls = []
+
+    def apply_chat_template(self, messages, **kw):
+        self.calls.append(kw)
+        return super().apply_chat_template(messages, **kw)
+
+
+@unittest.skipIf(NO_JINJA, NO_JINJA)
+class ToolsTest(unittest.TestCase):
+    """The native tools the model was offered are rendered by the chat
+    template (testdata/qwen3_like.jinja shows them in the system turn, as
+    Qwen3's does) in every render, and are masked."""
+
+    def setUp(self):
+        self.tok = JinjaTokenizer(template("qwen3_like.jinja"))
+
+    def example(self, tools=None, system=True, reasoning=True):
+        msgs = [
+            {"role": "user", "content": "what is the capital of France?"},
+            {"role": "assistant", "content": "", "tool_calls": [call(1, "search", {"q": "capital of France"})]},
+            {"role": "tool", "content": "Paris is the capital.", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "<answer>Paris</answer>"},
+        ]
+        if reasoning:
+            msgs[1]["reasoning"], msgs[3]["reasoning"] = "I should search for it.", "The result says Paris."
+        if system:
+            msgs.insert(0, {"role": "system", "content": "use the tools"})
+        ex = {"example_id": "tooled", "messages": msgs, "train_mask": [m["role"] == "assistant" for m in msgs]}
+        if tools is not None:
+            ex["tools"] = tools
+        return whale_sft.check_example(ex, "test")
+
+    def split(self, feat):
+        trained = self.tok.decode([i for i, l in zip(feat["input_ids"], feat["labels"]) if l != IGNORE])
+        masked = self.tok.decode([i for i, l in zip(feat["input_ids"], feat["labels"]) if l == IGNORE])
+        return trained, masked
+
+    def test_tools_are_in_the_system_turn_and_masked(self):
+        listing = "<tools>\n" + "\n".join(json.dumps(t) for t in TOOLS) + "\n</tools>"
+        for system in (True, False):
+            for train_reasoning in (True, False):
+                with self.subTest(system=system, train_reasoning=train_reasoning):
+                    ex, plain = self.example(TOOLS, system), self.example(None, system)
+                    self.assertEqual(ex["tools"], TOOLS)
+                    feat = whale_sft.features(ex, self.tok, train_reasoning=train_reasoning)
+                    text = self.tok.decode(feat["input_ids"])
+                    self.assertEqual(text, self.tok.apply_chat_template(ex["messages"], tools=TOOLS),
+                                     "the pieces rebuild the chat rendered with its tools")
+                    # The tool definitions are in the system turn, before the query.
+                    self.assertTrue(text.startswith("<|im_start|>system\n" + ("use the tools\n\n" if system else "")))
+                    system_turn = text[:text.index("<|im_end|>")]
+                    self.assertIn(listing, system_turn)
+                    self.assertIn("<tool_call>", system_turn)
+                    self.assertEqual(text.count("<|im_start|>system"), 1)
+                    self.assertLess(text.index(listing), text.index("what is the capital"))
+                    # ... and carry no loss: the trained text is that of the
+                    # same chat without tools.
+                    trained, masked = self.split(feat)
+                    self.assertIn(listing, masked)
+                    plain_feat = whale_sft.features(plain, self.tok, train_reasoning=train_reasoning)
+                    self.assertEqual(trained, self.split(plain_feat)[0])
+                    self.assertEqual(whale_sft.trained_tokens(feat), whale_sft.trained_tokens(plain_feat))
+                    for untrained in ("<tools>", "Looks the query up", '"parameters"', "## Functions", "system"):
+                        self.assertNotIn(untrained, trained)
+                    # The first piece is the system turn with the tools, untrained.
+                    first = whale_sft.segments(ex, self.tok, train_reasoning)[0]
+                    self.assertFalse(first[1])
+                    self.assertIn(listing, first[0])
+        # A trained first message: the tools system turn before it is masked too.
+        ex = whale_sft.check_example({"messages": [{"role": "assistant", "content": "hello"}],
+                                      "train_mask": [True], "tools": TOOLS}, "t")
+        trained, masked = self.split(whale_sft.features(ex, self.tok))
+        self.assertEqual(trained, "hello<|im_end|>\n")
+        self.assertIn(listing, masked)
+
+    def test_every_render_gets_the_tools(self):
+        # Full renders, the prefix renders for masking, the generation
+        # header and the reasoning probe: all with tools=, or none without.
+        for tools in (TOOLS, None, []):
+            for train_reasoning in (True, False):
+                for system in (True, False):
+                    tok = Recording(template("qwen3_like.jinja"))
+                    whale_sft.features(self.example(tools, system), tok, train_reasoning=train_reasoning)
+                    # One per message, a header and a probe per reasoning turn.
+                    self.assertEqual(len(tok.calls), len(self.example(None, system)["messages"]) + 4)
+                    for kw in tok.calls:
+                        if tools:
+                            self.assertIs(kw.get("tools"), TOOLS)
+                        else:
+                            self.assertNotIn("tools", kw, "without tools nothing is passed")
+        # Including the header of a trained first message.
+        tok = Recording(template("qwen3_like.jinja"))
+        whale_sft.features(whale_sft.check_example({"messages": [{"role": "assistant", "content": "a"}],
+                                                    "train_mask": [True], "tools": TOOLS}, "t"), tok)
+        self.assertTrue(tok.calls and all(kw.get("tools") is TOOLS for kw in tok.calls))
+
+    def test_without_tools_nothing_changes(self):
+        for tools in (None, []):
+            ex = self.example(tools)
+            self.assertNotIn("tools", ex)
+            self.assertEqual(ex, self.example())
+        ex = self.example()
+        full = self.tok.apply_chat_template(ex["messages"])
+        self.assertNotIn("<tools>", full)
+        self.assertTrue(full.startswith("<|im_start|>system\nuse the tools<|im_end|>\n<|im_start|>user\n"))
+        feat = whale_sft.features(ex, self.tok)
+        self.assertEqual(self.tok.decode(feat["input_ids"]), full)
+        # The toy ChatML chat of MaskTest, with tools=[]: the same pieces.
+        plain = chat(3)
+        raw = {"example_id": "ex3", "messages": [dict(m) for m in plain["messages"]],
+               "train_mask": plain["train_mask"], "tools": []}
+        self.assertEqual(whale_sft.check_example(raw, "t"), plain)
+
+    def test_template_without_tools_support(self):
+        # A template that ignores tools (the toy ChatML one): what vLLM
+        # would have rendered with it too; trained as without tools.
+        tok = ToyTokenizer()
+        ex = whale_sft.check_example({"messages": chat(2)["messages"], "train_mask": chat(2)["train_mask"],
+                                      "tools": TOOLS}, "t")
+        self.assertEqual(whale_sft.features(ex, tok), whale_sft.features(chat(2), tok))
 
 
 class LossTest(unittest.TestCase):
@@ -183,6 +510,81 @@ class DataTest(unittest.TestCase):
             with self.assertRaises(whale_sft.DataError) as cm:
                 list(whale_sft.iter_jsonl(path))
             self.assertIn(path + want, str(cm.exception))
+
+    def test_reasoning_is_read(self):
+        path = self.write([json.dumps({"messages": [
+            {"role": "user", "content": "q", "reasoning": None},
+            {"role": "assistant", "content": "a", "reasoning": "because"},
+            {"role": "assistant", "content": "b", "reasoning": " \n"}],
+            "train_mask": [False, True, True]})])
+        msgs = whale_sft.load_examples({"WHALE_SFT_JSONL": path})[0]["messages"]
+        # Passed to the template under the key Qwen3's reads; blank is none.
+        self.assertEqual(msgs[1], {"role": "assistant", "content": "a", "reasoning_content": "because"})
+        self.assertNotIn("reasoning_content", msgs[2])
+        self.assertNotIn("reasoning_content", msgs[0])
+        cases = [
+            ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": ["x"]}],
+             "w: message 1: reasoning is a list, want a string"),
+            ([{"role": "user", "content": "q", "reasoning": "x"}, {"role": "assistant", "content": "a"}],
+             "w: message 0: reasoning on a 'user' message"),
+        ]
+        for m, want in cases:
+            with self.assertRaises(whale_sft.DataError) as cm:
+                whale_sft.check_example({"messages": m, "train_mask": [False, True]}, "w")
+            self.assertIn(want, str(cm.exception))
+
+    def test_tools_are_read_and_checked(self):
+        good = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+                "train_mask": [False, True], "example_id": "e1"}
+        path = self.write([json.dumps(good), json.dumps(dict(good, tools=TOOLS)), json.dumps(dict(good, tools=None))])
+        exs = whale_sft.load_examples({"WHALE_SFT_JSONL": path})
+        self.assertEqual([e.get("tools") for e in exs], [None, TOOLS, None])
+        self.assertNotIn("tools", exs[0])
+        bad = [
+            ('"search"', "tools is a str, want a list"),
+            ('{"type": "function"}', "tools is a dict, want a list"),
+            ('["search"]', "tools[0] is a str, want an object"),
+            ('[{"type": "function"}]', "tools[0] has no function name"),
+            ('[{"type": "function", "function": {"name": "ok"}}, {"name": "flat"}]', "tools[1] has no function name"),
+            ('[{"type": "function", "function": {"name": ""}}]', "tools[0] has no function name"),
+            ('[{"type": "function", "function": {"name": 3}}]', "tools[0] has no function name"),
+        ]
+        for tools, want in bad:
+            with self.subTest(tools=tools):
+                path = self.write([json.dumps(good), json.dumps(dict(good, tools=json.loads(tools)))])
+                with self.assertRaises(whale_sft.DataError) as cm:
+                    list(whale_sft.iter_jsonl(path))
+                msg = str(cm.exception)
+                self.assertIn(f"{path}:2 (example 'e1'): {want}", msg)
+                self.assertIn('{"type": "function", "function": {"name": ...}}', msg)
+
+    def test_parquet_tools_column(self):
+        # pyarrow is not installed here: the columns read and the row
+        # conversion are tested without it.
+        old = ["example_id", "episode_id", "task_id", "messages", "train_mask"]
+        self.assertEqual(whale_sft.parquet_columns(old), old)
+        self.assertEqual(whale_sft.parquet_columns(old + ["tools"]), old + ["tools"])
+        row = {"example_id": "e", "episode_id": "ep", "task_id": "t", "train_mask": [False, True],
+               "messages": [{"role": "user", "content": "q", "name": "", "tool_call_id": "", "tool_calls": [],
+                             "reasoning": ""},
+                            {"role": "assistant", "content": "", "name": "", "tool_call_id": "", "reasoning": "",
+                             "tool_calls": [{"id": "c1", "name": "search", "arguments": '{"q": "x"}'}]}]}
+        ex = whale_sft.parquet_example(dict(row, tools=json.dumps(TOOLS)), "p row 0")
+        self.assertEqual(ex["tools"], TOOLS)
+        self.assertEqual(ex["messages"][1]["tool_calls"][0]["function"], {"name": "search", "arguments": '{"q": "x"}'})
+        # "" (no tools), null, and a file without the column: no tools.
+        plain = whale_sft.parquet_example(row, "p row 0")
+        self.assertNotIn("tools", plain)
+        for none in ("", None, "  "):
+            self.assertEqual(whale_sft.parquet_example(dict(row, tools=none), "p row 0"), plain)
+        for tools, want in (("[{", "p row 3 (example 'e'): tools is not JSON"),
+                            (TOOLS, "p row 3 (example 'e'): the tools column holds a list, want JSON text"),
+                            ('{"name": "search"}', "p row 3 (example 'e'): tools is a dict, want a list"),
+                            ('[{"name": "search"}]', "p row 3 (example 'e'): tools[0] has no function name")):
+            with self.subTest(tools=tools):
+                with self.assertRaises(whale_sft.DataError) as cm:
+                    whale_sft.parquet_example(dict(row, tools=tools), "p row 3")
+                self.assertIn(want, str(cm.exception))
 
     def test_load_from_env(self):
         path = self.write(["", json.dumps({"messages": [{"role": "assistant", "content": "a",

@@ -9,8 +9,10 @@ environment (see README.md next to this file):
     srun --gpus=8 torchrun --nproc-per-node 8 jobs/trainers/train_sft.py
 
 It reads the accepted examples ($WHALE_SFT_JSONL, or $WHALE_SFT_PARQUET with
-pyarrow), renders them with the model's chat template, trains on the tokens
-of assistant messages whose train_mask is true (token-normalised NLL, AdamW
+pyarrow), renders them with the model's chat template (an assistant
+message's reasoning as its reasoning_content), trains on the tokens of
+assistant messages whose train_mask is true, their reasoning too unless
+$WHALE_TRAIN_REASONING=0 (token-normalised NLL, AdamW
 at $WHALE_LEARNING_RATE for $WHALE_EPOCHS epochs), full fine-tuning or LoRA
 ($WHALE_LORA=1, through peft), and saves with save_pretrained to
 $WHALE_OUTPUT_DIR: the full model and tokenizer, or the LoRA adapter (what
@@ -69,6 +71,10 @@ def parse_args(argv=None):
                    default=flag("WHALE_GRADIENT_CHECKPOINTING"))
     p.add_argument("--chat-template", default=env("WHALE_CHAT_TEMPLATE"),
                    help="a Jinja file replacing the tokenizer's chat template")
+    p.add_argument("--train-reasoning", action=argparse.BooleanOptionalAction,
+                   default=flag("WHALE_TRAIN_REASONING", True),
+                   help="$WHALE_TRAIN_REASONING: the reasoning of trained assistant turns carries loss "
+                        "(else it stays in the context, masked)")
     a = p.parse_args(argv)
     for name in ("base", "output"):
         if not getattr(a, name):
@@ -121,15 +127,18 @@ def main(argv=None):
     examples = whale_sft.load_examples()
     feats, dropped = [], 0
     for ex in examples:
-        f = whale_sft.features(ex, tokenizer, a.max_length)
+        f = whale_sft.features(ex, tokenizer, a.max_length, train_reasoning=a.train_reasoning)
         if f is None:
             dropped += 1
         else:
             feats.append(f)
     tokens = sum(whale_sft.trained_tokens(f) for f in feats)
+    with_tools = sum(1 for ex in examples if ex.get("tools"))
     if rank == 0:
-        log(f"{len(examples)} examples, {len(feats)} with trained tokens ({dropped} dropped), "
-            f"{tokens} trained tokens; tokenized in {time.time() - t0:.1f}s")
+        log(f"{len(examples)} examples ({with_tools} with native tools), "
+            f"{len(feats)} with trained tokens ({dropped} dropped), "
+            f"{tokens} trained tokens (reasoning {'trained' if a.train_reasoning else 'masked'}); "
+            f"tokenized in {time.time() - t0:.1f}s")
     if not feats:
         raise SystemExit("no example has a trained token left (raise WHALE_MAX_LENGTH?)")
 
@@ -179,7 +188,7 @@ def main(argv=None):
         tokenizer.save_pretrained(a.output)
         stats = {"examples": len(examples), "trained_examples": len(feats), "trained_tokens": tokens,
                  "steps": len(losses), "losses": losses, "seconds": time.time() - t1, "lora": a.lora,
-                 "world_size": world}
+                 "world_size": world, "train_reasoning": a.train_reasoning, "examples_with_tools": with_tools}
         with open(os.path.join(a.output, "whale_train_stats.json"), "w") as f:
             json.dump(stats, f, indent=2)
         log(f"saved to {a.output} after {len(losses)} steps in {stats['seconds']:.0f}s")

@@ -51,7 +51,7 @@ func python(t *testing.T) string {
 			}
 			tried = append(tried, fmt.Sprintf("%s: %s", p, lastLine(string(out))))
 		}
-		pythonWhy = "no python3 that imports torch (" + strings.Join(tried, "; ") + "); install PyTorch: apt-get install -y python3-torch, or set WHALE_PYTHON"
+		pythonWhy = "no python3 that imports torch (" + strings.Join(tried, "; ") + "); install PyTorch: apt-get install -y python3-torch python3-jinja2 (jinja2 for the chat-template tests), or set WHALE_PYTHON"
 	})
 	if pythonPath == "" {
 		if os.Getenv("CI") == "true" {

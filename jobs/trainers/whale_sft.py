@@ -11,6 +11,17 @@ Contract (WHALE's online RSFT, one weight step):
   * Only tokens of messages with train_mask true carry loss: the role header
     the chat template puts before an assistant turn, and every system, user
     and tool token, are masked (label -100).
+  * An example may carry "tools": the OpenAI tools array the model was
+    offered (what vLLM got as tools=). It goes to every render of the chat
+    template as tools=, which Qwen3-style templates show in the system
+    turn; those tokens are context, masked like the rest of it. Without
+    tools nothing is passed, as before.
+  * An assistant message may carry "reasoning" (what vLLM returned as
+    reasoning_content); it goes to the chat template as reasoning_content,
+    which Qwen3-style templates render as a <think> block. Its tokens carry
+    loss unless train_reasoning is off (WHALE_TRAIN_REASONING=0): then they
+    stay in the context and are masked. A template that renders nothing of
+    it is refused, since training would drop what the model generated.
   * The loss is token-normalised NLL: the sum of the per-token negative log
     likelihoods of one optimizer step divided by the number of trained
     tokens in that step (across micro-batches and ranks), not a mean of
@@ -57,10 +68,37 @@ def iter_parquet(directory):
         path = os.path.join(directory, name)
         pf = pq.ParquetFile(path)
         row = 0
-        for batch in pf.iter_batches(columns=["example_id", "episode_id", "task_id", "messages", "train_mask"]):
+        for batch in pf.iter_batches(columns=parquet_columns(pf.schema_arrow.names)):
             for ex in batch.to_pylist():
-                yield check_example(ex, f"{path} row {row}")
+                yield parquet_example(ex, f"{path} row {row}")
                 row += 1
+
+
+PARQUET_COLUMNS = ["example_id", "episode_id", "task_id", "messages", "train_mask"]
+
+
+def parquet_columns(names):
+    """The SFT table's columns to read, given those a file has: tools only
+    where present (files written before it was added lack it)."""
+    return PARQUET_COLUMNS + (["tools"] if "tools" in names else [])
+
+
+def parquet_example(row, where):
+    """Checks one row of the SFT table. Its tools column is the OpenAI tools
+    array as JSON text, "" (or missing) when there were none."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row is a record")
+    ex = dict(row)
+    tools = ex.pop("tools", None)
+    if tools is not None and not isinstance(tools, str):
+        raise DataError(f"{where}{_example_name(ex)}: the tools column holds a {type(tools).__name__}, "
+                        f"want JSON text")
+    if tools and tools.strip():
+        try:
+            ex["tools"] = json.loads(tools)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}{_example_name(ex)}: tools is not JSON: {e}: {tools[:80]!r}") from None
+    return check_example(ex, where)
 
 
 def load_examples(env=os.environ):
@@ -91,12 +129,51 @@ def check_example(ex, where):
         for k in ("name", "tool_call_id"):
             if m.get(k):
                 msg[k] = m[k]
+        reasoning = m.get("reasoning")
+        if reasoning is not None:
+            if not isinstance(reasoning, str):
+                raise DataError(f"{where}: message {i}: reasoning is a {type(reasoning).__name__}, want a string")
+            if reasoning.strip():
+                if m["role"] != "assistant":
+                    raise DataError(f"{where}: message {i}: reasoning on a {m['role']!r} message")
+                # The key chat templates read (Qwen3's among them).
+                msg["reasoning_content"] = reasoning
         calls = m.get("tool_calls") or []
         if calls:
             msg["tool_calls"] = [_tool_call(c) for c in calls]
         out.append(msg)
-    return {"messages": out, "train_mask": [bool(t) for t in mask],
-            "example_id": ex.get("example_id", "")}
+    example = {"messages": out, "train_mask": [bool(t) for t in mask],
+               "example_id": ex.get("example_id", "")}
+    tools = check_tools(ex.get("tools"), f"{where}{_example_name(ex)}")
+    if tools:
+        example["tools"] = tools
+    return example
+
+
+def check_tools(tools, where):
+    """Validates an example's tools: the OpenAI tools array, a list of
+    {"type": "function", "function": {"name", "description", "parameters"}}.
+    None or an empty list is no tools (None is returned); else the list,
+    as given, for the chat template."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise DataError(f"{where}: tools is a {type(tools).__name__}, want a list of "
+                        f"{{\"type\": \"function\", \"function\": {{\"name\": ...}}}} (the OpenAI tools array)")
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise DataError(f"{where}: tools[{i}] is a {type(t).__name__}, want an object "
+                            f"{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+        fn = t.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"].strip():
+            raise DataError(f"{where}: tools[{i}] has no function name: want "
+                            f"{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {json.dumps(t)[:120]}")
+    return tools or None
+
+
+def _example_name(ex):
+    eid = ex.get("example_id") if isinstance(ex, dict) else None
+    return f" (example {eid!r})" if eid else ""
 
 
 def _tool_call(c):
@@ -110,52 +187,157 @@ def _tool_call(c):
 
 # ---------------------------------------------------------------- masking
 
-def render(tokenizer, messages, add_generation_prompt=False):
+def render(tokenizer, messages, add_generation_prompt=False, tools=None):
+    """The chat template's text of messages; tools (the OpenAI tools array)
+    go to it as tools=, and with none nothing is passed."""
     if not messages:
         return ""
+    kw = {"tools": tools} if tools else {}
     return tokenizer.apply_chat_template(messages, tokenize=False,
-                                         add_generation_prompt=add_generation_prompt)
+                                         add_generation_prompt=add_generation_prompt, **kw)
 
 
-def segments(example, tokenizer):
+def segments(example, tokenizer, train_reasoning=True):
     """Splits the rendered chat into (text, trained) pieces.
 
     The chat is rendered one message longer at a time; each message's
     piece is what its render adds to the previous one. For a trained
     assistant message the piece is split again: the generation prompt (the
-    role header the model did not write) is untrained, the rest (content,
-    tool calls and end-of-turn) is trained. A template that rewrites
-    earlier turns (e.g. dropping old reasoning) is not prefix-consistent;
-    that is an error, since the model never saw such a context.
+    role header the model did not write) is untrained, the rest (reasoning,
+    content, tool calls and end-of-turn) is trained. With train_reasoning
+    off, the reasoning inside it (the span where the template renders the
+    message's reasoning_content) is untrained as well. The example's tools,
+    if any, go to every render, so that the template's listing of them (in
+    the system turn) is part of the first, untrained, piece.
+
+    A template that rewrites earlier turns (e.g. dropping old reasoning) is
+    not prefix-consistent; that is an error, since the model never saw such
+    a context. Only the untrained messages since the last assistant turn may
+    be rewritten by a later non-assistant message (Qwen3 merges consecutive
+    tool results into one user turn): no model output and no context a
+    turn was generated from changes.
     """
     msgs, mask = example["messages"], example["train_mask"]
+    tools = example.get("tools")
     out, prev = [], ""
+    start, first = [], []  # per message: where its text starts, its first piece in out
     for i in range(len(msgs)):
-        full = render(tokenizer, msgs[: i + 1])
+        full = render(tokenizer, msgs[: i + 1], tools=tools)
         if not full.startswith(prev):
-            raise DataError(
-                f"example {example.get('example_id', '')!r}: the chat template is not prefix-consistent "
-                f"at message {i}: rendering more messages changed earlier text; set WHALE_CHAT_TEMPLATE "
-                f"to a template that renders history verbatim")
+            changed = _common_prefix(prev, full)
+            j = _untrained_tail(msgs, i)
+            if j is None or changed < start[j]:
+                k = max(k for k in range(i) if start[k] <= changed)
+                raise DataError(_not_prefix_consistent(example, i, k))
+            # Messages j..i render as one untrained piece.
+            del out[first[j]:]
+            out.append((full[start[j]:], False))
+            start.append(start[j])
+            first.append(first[j])
+            prev = full
+            continue
         piece = full[len(prev):]
+        start.append(len(prev))
+        first.append(len(out))
+        span = None
+        if msgs[i].get("reasoning_content"):
+            span = _reasoning_span(tokenizer, example, i, prev, piece, locate=mask[i] and not train_reasoning)
         if mask[i]:
-            head = render(tokenizer, msgs[:i], add_generation_prompt=True)[len(prev):] if i else \
-                _generation_header(tokenizer, msgs[0])
+            head = render(tokenizer, msgs[:i], add_generation_prompt=True, tools=tools)[len(prev):] if i else \
+                _generation_header(tokenizer, msgs[0], tools)
             n = _common_prefix(head, piece)
             if n:
                 out.append((piece[:n], False))
-            out.append((piece[n:], True))
+            if span and not train_reasoning and span[1] > n:
+                r0, r1 = max(span[0], n), span[1]
+                out.extend(p for p in ((piece[n:r0], True), (piece[r0:r1], False), (piece[r1:], True)) if p[0])
+            else:
+                out.append((piece[n:], True))
         else:
             out.append((piece, False))
         prev = full
     return out
 
 
-def _generation_header(tokenizer, first):
+def _untrained_tail(msgs, i):
+    """The first of the non-assistant messages just before message i, when
+    message i is not an assistant's either; else None."""
+    if msgs[i]["role"] == "assistant":
+        return None
+    j = i
+    while j > 0 and msgs[j - 1]["role"] != "assistant":
+        j -= 1
+    return j if j < i else None
+
+
+def _not_prefix_consistent(example, i, k):
+    msgs = example["messages"]
+    why = (f"example {example.get('example_id', '')!r}: the chat template is not prefix-consistent at message {i} "
+           f"({msgs[i]['role']}): rendering it changed the text of message {k} ({msgs[k]['role']}), so "
+           f"training on the whole conversation would not be what the model saw. ")
+    if msgs[k]["role"] == "assistant" and msgs[k].get("reasoning_content"):
+        why += ("Qwen3-style templates drop the <think> reasoning of assistant turns before the last user "
+                "message, and keep it inside a tool-call chain (assistant, tool, assistant after the last "
+                "user message): episodes whose observations come back as tool messages (native tools) are "
+                "consistent. ")
+        if msgs[i]["role"] == "user":
+            why += ("Here an observation (or a new query) comes back as a user message, as with tag-based "
+                    "tools: at rollout time the template had already stripped the earlier reasoning from "
+                    "the model's context. ")
+    elif msgs[k]["role"] == "assistant":
+        why += ("(Qwen3's template also renders an empty <think> block on the last assistant message when "
+                "it has no reasoning, and drops it once another message follows.) ")
+    return why + ("Use native tools (observations as tool messages), or set WHALE_CHAT_TEMPLATE to a "
+                  "template that renders history verbatim (and serve the same one to vLLM, so that the "
+                  "rollout rendered it too).")
+
+
+# Stands in for the reasoning when finding where a template renders it.
+REASONING_PROBE = "WHALE-REASONING-PROBE-5f0c"
+
+
+def _reasoning_span(tokenizer, example, i, prev, piece, locate):
+    """Where message i's reasoning lies in its rendered piece: (start, end).
+
+    Renders the message again with a probe for its reasoning_content: the
+    text before and after the probe must be the piece's start and end, and
+    what lies between is the reasoning as the template rendered it. A
+    template that renders nothing of the probe ignores reasoning_content:
+    an error. Without locate, only that check is made (None is returned).
+    """
+    msgs = example["messages"]
+    probe = render(tokenizer, msgs[:i] + [dict(msgs[i], reasoning_content=REASONING_PROBE)],
+                   tools=example.get("tools"))
+    at = probe.find(REASONING_PROBE, len(prev))
+    if not probe.startswith(prev) or at < 0:
+        raise DataError(
+            f"example {example.get('example_id', '')!r}: message {i} ({msgs[i]['role']}) has reasoning, but the "
+            f"chat template renders nothing of reasoning_content: training would drop what the model "
+            f"generated. Use the model's own template if it renders reasoning (Qwen3's renders <think> "
+            f"blocks), or set WHALE_CHAT_TEMPLATE to one that does")
+    if not locate:
+        return None
+    before, after = probe[len(prev):at], probe[at + len(REASONING_PROBE):]
+    if piece.startswith(before) and piece.endswith(after) and len(before) + len(after) <= len(piece):
+        return len(before), len(piece) - len(after)
+    # A template that renders the reasoning in a way that depends on its
+    # text: look for the text itself.
+    text = msgs[i]["reasoning_content"].strip()
+    at = piece.find(text, _common_prefix(before, piece))
+    if at >= 0:
+        return at, at + len(text)
+    raise DataError(
+        f"example {example.get('example_id', '')!r}: message {i} ({msgs[i]['role']}): cannot find where the "
+        f"chat template renders its reasoning, so it cannot be masked (WHALE_TRAIN_REASONING=0); "
+        f"set WHALE_TRAIN_REASONING=1 or WHALE_CHAT_TEMPLATE")
+
+
+def _generation_header(tokenizer, first, tools=None):
     # With no earlier message there is no generation prompt to render; the
-    # header is what the template puts before an empty assistant turn.
-    probe = render(tokenizer, [dict(first, content="")])
-    return probe
+    # header is what the template puts before an empty assistant turn
+    # (without its reasoning or tool calls, which the model wrote), the
+    # system turn listing the tools included.
+    return render(tokenizer, [{"role": first["role"], "content": ""}], tools=tools)
 
 
 def _common_prefix(a, b):
@@ -176,7 +358,7 @@ def encode(tokenizer, text):
     raise TypeError("tokenizer has no encode()")
 
 
-def features(example, tokenizer, max_length=None):
+def features(example, tokenizer, max_length=None, train_reasoning=True):
     """Token ids and labels of one example; labels are IGNORE where masked.
 
     Each piece is tokenised on its own so that no token straddles a trained
@@ -184,7 +366,7 @@ def features(example, tokenizer, max_length=None):
     with no trained token left gives None.
     """
     ids, labels = [], []
-    for text, trained in segments(example, tokenizer):
+    for text, trained in segments(example, tokenizer, train_reasoning):
         toks = encode(tokenizer, text)
         ids.extend(toks)
         labels.extend(toks if trained else [IGNORE] * len(toks))

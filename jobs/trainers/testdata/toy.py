@@ -55,6 +55,37 @@ class ToyTokenizer:
         return "".join(self.inv[i] for i in ids)
 
 
+def render_jinja(template, messages, add_generation_prompt=False, **kwargs):
+    """Renders a chat template the way transformers' apply_chat_template
+    does: a sandboxed jinja2 environment with trim_blocks and lstrip_blocks,
+    its tojson filter and raise_exception."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+class JinjaTokenizer(ToyTokenizer):
+    """ToyTokenizer's vocabulary with a Jinja chat template (source text)."""
+
+    def __init__(self, chat_template):
+        super().__init__()
+        self.chat_template = chat_template
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False, **kw):
+        text = render_jinja(self.chat_template, messages, add_generation_prompt=add_generation_prompt, **kw)
+        return self.encode(text) if tokenize else text
+
+
 class TinyLM(nn.Module):
     """Embedding + linear: each token predicts the next from itself alone."""
 
@@ -68,10 +99,17 @@ class TinyLM(nn.Module):
 
 
 class ToyHFTokenizer(ToyTokenizer):
-    """ToyTokenizer with the bits of the transformers API train_sft uses."""
+    """ToyTokenizer with the bits of the transformers API train_sft uses;
+    a chat_template set on it (WHALE_CHAT_TEMPLATE) is rendered with jinja2."""
     eos_token = "<|im_end|>"
     pad_token = "<pad>"
     chat_template = None
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False, **kw):
+        if self.chat_template is None:
+            return super().apply_chat_template(messages, tokenize, add_generation_prompt, **kw)
+        text = render_jinja(self.chat_template, messages, add_generation_prompt=add_generation_prompt, **kw)
+        return self.encode(text) if tokenize else text
 
     def save_pretrained(self, out):
         with open(os.path.join(out, "tokenizer_config.json"), "w") as f:

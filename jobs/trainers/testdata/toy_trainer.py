@@ -19,7 +19,18 @@ from toy import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 if __name__ == "__main__":
     base = os.environ["WHALE_BASE_CHECKPOINT"]
     tok = AutoTokenizer.from_pretrained(base)
+    if os.environ.get("WHALE_CHAT_TEMPLATE"):
+        with open(os.environ["WHALE_CHAT_TEMPLATE"]) as f:
+            tok.chat_template = f.read()
     feats = [f for f in (whale_sft.features(e, tok) for e in whale_sft.load_examples()) if f]
+    if os.environ.get("TOY_DUMP_TRAINED"):
+        # What carries loss, and the whole rendering, per example: the
+        # end-to-end test reads them back from the checkpoint.
+        with open(os.path.join(os.environ["WHALE_OUTPUT_DIR"], "trained.jsonl"), "w") as f:
+            for feat in feats:
+                trained = tok.decode([t for t, l in zip(feat["input_ids"], feat["labels"]) if l != whale_sft.IGNORE])
+                json.dump({"text": tok.decode(feat["input_ids"]), "trained": trained}, f)
+                f.write("\n")
     before = whale_sft.evaluate_loss(AutoModelForCausalLM.from_pretrained(base), feats, 0, "cpu")
     base_loaded = AutoModelForCausalLM.loaded_from is not None
     train_sft.main()
