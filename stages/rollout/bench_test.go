@@ -139,20 +139,28 @@ func BenchmarkEndpointUtilisation(b *testing.B) {
 	const endpoints, slots, g, waves = 4, 64, 8, 96
 	const calls = waves * endpoints * slots
 	for _, latency := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond} {
-		for _, turns := range []int{1, 3} {
-			name := fmt.Sprintf("%v/%d_call", latency, turns)
-			if turns > 1 {
+		for _, c := range []struct {
+			turns int
+			tools bool
+		}{{1, false}, {3, false}, {3, true}} {
+			name := fmt.Sprintf("%v/%d_call", latency, c.turns)
+			if c.turns > 1 {
 				name += "s"
 			}
+			if c.tools {
+				name += "_tools"
+			}
 			b.Run(name, func(b *testing.B) {
-				benchUtilisation(b, endpoints, slots, latency, turns, calls/turns/g, g)
+				benchUtilisation(b, endpoints, slots, latency, c.turns, c.tools, calls/c.turns/g, g)
 			})
 		}
 	}
 }
 
-// benchUtilisation plays n tasks × g samples of turns calls each per run.
-func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration, turns, n, g int) {
+// benchUtilisation plays n tasks × g samples of turns calls each per run;
+// with tools, every call before the last is a native tool call (echo) that
+// the loop runs and answers with a tool message.
+func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration, turns int, tools bool, n, g int) {
 	ctx := context.Background()
 	s := openStore(b, "mem://")
 	stagetest.ImportTasks(b, s, "train", tasks(n), 4096)
@@ -164,6 +172,9 @@ func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration,
 			}
 		}
 		rep := modeltest.Reply{Content: "let me think", PromptTokens: 10, CompletionTokens: 2}
+		if tools {
+			rep = modeltest.Reply{ToolCalls: []modeltest.ToolCall{{ID: fmt.Sprintf("c%d", assistants), Name: "echo", Arguments: `{"text": "hello"}`}}, PromptTokens: 10, CompletionTokens: 2}
+		}
 		if assistants >= turns-1 {
 			rep = stagetest.Policy(req) // mode=all: the right answer
 		}
@@ -187,7 +198,11 @@ func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration,
 	}
 	m := &spanChatter{Client: client}
 	inFlight := 2 * endpoints * slots
-	st := &Stage{Domain: stagetest.FakeDomain{}, Model: m, Concurrency: inFlight, Log: quiet}
+	dom := stagetest.FakeDomain{}
+	if tools {
+		dom.BaselineSrc = stagetest.DefaultBaseline + "TOOLS = [\"echo\"]\n"
+	}
+	st := &Stage{Domain: dom, Model: m, Concurrency: inFlight, Log: quiet}
 	cfg := Config{Domain: "fake", Harness: "h0", ModelName: model, Samples: g}
 	served := func() (n int) {
 		for _, srv := range srvs {

@@ -44,6 +44,21 @@ func lookup(t *testing.T, name string, res registry.Resources) *world {
 	return &world{name: name, dom: dom}
 }
 
+// corpusIndex is a BM25 index of the shipped search-QA corpus.
+func corpusIndex(t *testing.T) *searchqa.Index {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "index")
+	if _, err := searchqa.BuildIndex(context.Background(), dir, searchqa.FileCorpus("../../../domains/searchqa/testdata/corpus.jsonl"), searchqa.BuildOptions{Logger: quiet}); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := searchqa.OpenIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
 func lastUser(msgs []schemas.Message) string {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == "user" {
@@ -57,16 +72,7 @@ func lastUser(msgs []schemas.Message) string {
 // first gold answer or a wrong one. Retrieval is a BM25 index of the
 // shipped corpus.
 func TestSearchQA(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "index")
-	if _, err := searchqa.BuildIndex(context.Background(), dir, searchqa.FileCorpus("../../../domains/searchqa/testdata/corpus.jsonl"), searchqa.BuildOptions{Logger: quiet}); err != nil {
-		t.Fatal(err)
-	}
-	idx, err := searchqa.OpenIndex(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { idx.Close() })
-	w := lookup(t, "searchqa", registry.Resources{Retriever: idx})
+	w := lookup(t, "searchqa", registry.Resources{Retriever: corpusIndex(t)})
 	w.tasks = importFile(t, "../../../domains/searchqa/testdata/questions.jsonl", importers.FormatJSONL, importers.Options{})
 	w.anchor, w.edit = `SYSTEM_PROMPT = ""`, `SYSTEM_PROMPT = "`+marker+`"`
 	const wrong = "nobody knows"

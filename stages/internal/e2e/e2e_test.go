@@ -172,6 +172,12 @@ func openStore(t testing.TB, url string) *storage.Store {
 
 // playWorld runs w on a file:// root and on a fresh S3 bucket.
 func playWorld(t *testing.T, w *world) {
+	onEachRoot(t, func(t *testing.T, s *storage.Store) { endToEnd(t, w, s) })
+}
+
+// onEachRoot runs f as a subtest on a file:// root and on a fresh S3
+// bucket.
+func onEachRoot(t *testing.T, f func(t *testing.T, s *storage.Store)) {
 	for _, root := range []struct {
 		name string
 		url  func(t *testing.T) string
@@ -181,8 +187,8 @@ func playWorld(t *testing.T, w *world) {
 	} {
 		t.Run(root.name, func(t *testing.T) {
 			start := time.Now()
-			endToEnd(t, w, openStore(t, root.url(t)))
-			t.Logf("%s on %s: %v", w.name, root.name, time.Since(start).Round(time.Millisecond))
+			f(t, openStore(t, root.url(t)))
+			t.Logf("%s on %s: %v", t.Name(), root.name, time.Since(start).Round(time.Millisecond))
 		})
 	}
 }
