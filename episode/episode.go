@@ -121,8 +121,9 @@ type Result struct {
 	// checkpoint that actually answered); empty if no call succeeded.
 	ModelID string
 	// Messages is the transcript as the loop keeps it: the system message of
-	// the first call, then every observation, assistant reply (verbatim),
-	// tool result and feedback message in order.
+	// the first call, then every observation, assistant reply (as the
+	// server sent it, a stop sequence it left out put back, cut at the end
+	// of its parsed action), tool result and feedback message in order.
 	Messages []schemas.Message
 	// Tools is the OpenAI tools array offered on every call, as JSON; ""
 	// when the harness offers none.

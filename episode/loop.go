@@ -194,7 +194,7 @@ func (l *loop) step() *ending {
 	// A server that stopped at a stop sequence leaves it out (vLLM's
 	// default); the model did write it, and parse_action needs the
 	// closing tag.
-	if s := resp.StopReason; s != "" && slices.Contains(l.sampling.Stop, s) && !strings.HasSuffix(msg.Content, s) {
+	if s := resp.StopReason; s != "" && len(resp.ToolCalls) == 0 && slices.Contains(l.sampling.Stop, s) && !strings.HasSuffix(msg.Content, s) {
 		msg.Content += s
 	}
 	l.push(msg)
@@ -395,7 +395,6 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 		if e != nil {
 			return e
 		}
-		text = l.capToolResult(text)
 		reply = &text
 	}
 	if reply != nil {
@@ -424,8 +423,9 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 	return nil
 }
 
-// capToolResult cuts a formatted tool result to MAX_TOOL_RESULT_CHARS
-// characters, saying so at the end, and traces the cut.
+// capToolResult cuts the text answering an action (a formatted tool
+// result, a tool error's feedback) to MAX_TOOL_RESULT_CHARS characters,
+// saying so at the end, and traces the cut.
 func (l *loop) capToolResult(text string) string {
 	n := utf8.RuneCountInString(text)
 	if n <= l.maxToolChars {
@@ -443,6 +443,7 @@ func (l *loop) capToolResult(text string) string {
 }
 
 func (l *loop) feedback(native bool, a harness.Action, text string) {
+	text = l.capToolResult(text)
 	if native {
 		l.push(schemas.Message{Role: "tool", Content: text, Name: a.Tool, ToolCallID: a.ID})
 		return

@@ -370,6 +370,19 @@ func TestRunFakeEnv(t *testing.T) {
 			},
 		},
 		{
+			name: "a stop sequence is not put back on a reply of tool calls", src: nativeSrc + "STOP = [\"</tool_call>\"]\n",
+			replies: []modeltest.Reply{
+				{Content: "Let me look.", StopReason: "</tool_call>", ToolCalls: []modeltest.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query": "q"}`}}},
+				answer,
+			},
+			want: want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
+			check: func(t *testing.T, res Result, _ []modeltest.Request) {
+				if got := res.Messages[2].Content; got != "Let me look." {
+					t.Errorf("content %q", got)
+				}
+			},
+		},
+		{
 			name: "reasoning is kept and given back", src: nativeSrc,
 			replies: []modeltest.Reply{
 				{Reasoning: "I should search.", ToolCalls: []modeltest.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query": "q"}`}}},

@@ -122,9 +122,9 @@ func Base() *Contract {
 			},
 			{
 				Name: "MAX_TOOL_RESULT_CHARS", Type: TypeInt, Default: 32768, Min: Bound(256), Max: Bound(1 << 20),
-				Doc: "Most characters of a tool result as the model sees it (what format_tool_result returned); longer " +
-					"text is cut and ends with a note saying how much was cut, so that one huge result cannot " +
-					"overflow the model's context.",
+				Doc: "Most characters of the text answering an action (what format_tool_result or on_error returned); " +
+					"longer text is cut to that many characters and followed by a one-line note saying how much was " +
+					"cut, so that one huge result cannot overflow the model's context.",
 			},
 			{
 				Name: "TOOLS", Type: TypeList, Default: []any{}, Shape: ListOf{Elem: ToolShape, Max: 32},

@@ -399,10 +399,8 @@ func (h *Harness) check() []Problem {
 	}
 	if len(problems) == 0 {
 		for _, msg := range h.resolveTools() {
-			name := "TOOLS"
-			if strings.HasPrefix(msg, "TOOL_CHOICE") {
-				name = "TOOL_CHOICE"
-			}
+			name, _, _ := strings.Cut(msg, "[")
+			name, _, _ = strings.Cut(name, " ")
 			problems = append(problems, Problem{Pos: at(name), Msg: "constant " + msg})
 		}
 	}

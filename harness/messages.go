@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"fmt"
+
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -18,6 +20,9 @@ func MessagesFrom(v any) ([]schemas.Message, error) {
 		m.Name, _ = d["name"].(string)
 		m.ToolCallID, _ = d["tool_call_id"].(string)
 		m.Reasoning, _ = d["reasoning"].(string)
+		if m.Reasoning != "" && m.Role != "assistant" {
+			return nil, fmt.Errorf("messages[%d]: reasoning on a %s message: only the model's (assistant) messages have reasoning", i, m.Role)
+		}
 		if calls, ok := d["tool_calls"].([]any); ok {
 			m.ToolCalls = make([]schemas.ToolCall, len(calls))
 			for j, c := range calls {
@@ -67,7 +72,11 @@ func ActionFrom(v any) (Action, error) {
 	a.Move, _ = d["move"].(string)
 	a.Error, _ = d["error"].(string)
 	a.End = -1
-	if end, ok := d["end"].(int64); ok {
+	if v, ok := d["end"]; ok && a.Kind != "invalid" {
+		end, ok := v.(int64)
+		if !ok || end < 0 {
+			return Action{}, fmt.Errorf("action.end: want a byte offset >= 0 into the reply, got %s", describe(v))
+		}
 		a.End = int(end)
 	}
 	return a, nil

@@ -63,6 +63,12 @@ func schemaProblems(ve *jsonschema.ValidationError) string {
 		}
 	}
 	walk(ve)
+	// A model can write arguments with thousands of wrong items; the first
+	// few say what is wrong.
+	const most = 8
+	if len(out) > most {
+		out = append(out[:most], fmt.Sprintf("and %d more", len(out)-most))
+	}
 	return strings.Join(out, "; ")
 }
 
@@ -160,6 +166,12 @@ func (h *Harness) resolveTools() []string {
 		}
 		t.schema = sch
 		h.tools = append(h.tools, t)
+	}
+	stops, _ := h.consts["STOP"].([]any)
+	for i, s := range stops {
+		if s == "" {
+			problems = append(problems, fmt.Sprintf("STOP[%d]: an empty stop sequence (servers refuse it)", i))
+		}
 	}
 	choice, _ := h.consts["TOOL_CHOICE"].(string)
 	switch {

@@ -62,6 +62,7 @@ func TestToolsLoadErrors(t *testing.T) {
 		{"choice without tools", "TOOL_CHOICE = \"auto\"\n", `h.star:1:1: constant TOOL_CHOICE "auto" needs TOOLS`},
 		{"choice of another tool", "TOOLS = [\"calc\"]\nTOOL_CHOICE = \"search\"\n", `TOOL_CHOICE "search": want auto, none, required or the name of a tool in TOOLS`},
 		{"stop of the wrong shape", "STOP = [1]\n", "constant STOP"},
+		{"empty stop", "STOP = [\"</a>\", \"\"]\n", "h.star:1:1: constant STOP[1]: an empty stop sequence"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +74,28 @@ func TestToolsLoadErrors(t *testing.T) {
 	}
 	if _, err := Load("h.star", []byte("TOOLS = [\"search\"]\n"), Options{}); err == nil || !strings.Contains(err.Error(), "domain base offers no native tools") {
 		t.Errorf("TOOLS on a contract without tools: %v", err)
+	}
+}
+
+func TestActionEndAndMessageReasoning(t *testing.T) {
+	for _, tc := range []struct {
+		v    map[string]any
+		end  int
+		want string
+	}{
+		{map[string]any{"kind": "answer", "answer": "x", "end": int64(3)}, 3, ""},
+		{map[string]any{"kind": "answer", "answer": "x"}, -1, ""},
+		{map[string]any{"kind": "invalid", "end": "no"}, -1, ""},
+		{map[string]any{"kind": "tool", "tool": "t", "end": int64(-5)}, 0, "want a byte offset >= 0"},
+	} {
+		a, err := ActionFrom(tc.v)
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) || err == nil && a.End != tc.end {
+			t.Errorf("ActionFrom(%v) = end %d, %v", tc.v, a.End, err)
+		}
+	}
+	_, err := MessagesFrom([]any{map[string]any{"role": "user", "content": "q", "reasoning": "r"}})
+	if err == nil || !strings.Contains(err.Error(), "reasoning on a user message") {
+		t.Errorf("reasoning on a user message: %v", err)
 	}
 }
 

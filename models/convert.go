@@ -36,11 +36,13 @@ type wireMessage struct {
 	Name       string         `json:"name,omitempty"` // tool messages too: vLLM's and Ollama's templates use it
 	ToolCallID string         `json:"tool_call_id,omitempty"`
 	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
-	// ReasoningContent gives an earlier assistant turn's reasoning back,
-	// under the key chat templates (Qwen3's) read: inside a tool-call
-	// chain the template renders it, and the model must see at rollout
-	// what the trainer renders.
+	// ReasoningContent and Reasoning give an earlier assistant turn's
+	// reasoning back: inside a tool-call chain Qwen3's template renders it
+	// (as reasoning_content), and the model must see at rollout what the
+	// trainer renders. vLLM has read either key depending on its release,
+	// so both are sent.
 	ReasoningContent string `json:"reasoning_content,omitempty"`
+	Reasoning        string `json:"reasoning,omitempty"`
 }
 
 type wireToolCall struct {
@@ -78,7 +80,7 @@ func toWire(msgs []schemas.Message) ([]wireMessage, error) {
 			if m.Content == "" && len(m.ToolCalls) > 0 {
 				w.Content = nil
 			}
-			w.ReasoningContent = m.Reasoning
+			w.ReasoningContent, w.Reasoning = m.Reasoning, m.Reasoning
 			if len(m.ToolCalls) > 0 {
 				w.ToolCalls = make([]wireToolCall, len(m.ToolCalls))
 				for j, tc := range m.ToolCalls {
@@ -379,6 +381,8 @@ func appendMessage(dst []byte, i int, m *schemas.Message) ([]byte, error) {
 	}
 	if m.Role == "assistant" && m.Reasoning != "" {
 		dst = append(dst, `,"reasoning_content":`...)
+		dst = appendJSONString(dst, m.Reasoning)
+		dst = append(dst, `,"reasoning":`...)
 		dst = appendJSONString(dst, m.Reasoning)
 	}
 	return append(dst, '}'), nil

@@ -15,7 +15,8 @@
 //   - Without context management, an accepted episode gives one example,
 //     ExampleID = EpisodeID, whose messages are the rollout's transcript and
 //     whose train_mask is true exactly on role "assistant" messages (the
-//     model's verbatim replies); system, user, tool and feedback messages
+//     model's replies as the loop stored them: cut at the end of their
+//     action); system, user, tool and feedback messages
 //     carry no loss.
 //   - With context management — the trace holds events of kind "context",
 //     whose action is the JSON list of messages the harness sent for one model
@@ -25,9 +26,10 @@
 //     the n-th model call and wrote the n-th assistant message of the
 //     transcript (so the two counts must agree), and a context event belongs
 //     to the model call with the same turn (exactly one must exist). Each call
-//     with a context event gives one example, ExampleID
-//     "<episode_id>#<turn>"; calls without one give none. A trace that breaks
-//     these rules is an error naming the file and row.
+//     gives one example, ExampleID "<episode_id>#<turn>", in call order: its
+//     context event's messages, or for a call without one the default context
+//     it was sent (the system message and the transcript up to its reply). A
+//     trace that breaks these rules is an error naming the file and row.
 //   - An example with no assistant message carries no loss and is dropped
 //     (counted as empty_examples).
 //   - Shards split the rows by a hash of task_id: every shard reads every

@@ -264,6 +264,7 @@ func Examples(r schemas.Rollout) ([]schemas.SFTExample, error) {
 		}
 	}
 	callOfTurn := map[int32]int{} // turn → index of the model call
+	var turnOfCall []int32
 	calls := 0
 	for _, ev := range r.Trace {
 		if ev.Kind != KindModel {
@@ -273,12 +274,14 @@ func Examples(r schemas.Rollout) ([]schemas.SFTExample, error) {
 			return nil, fmt.Errorf("trace has two model calls at turn %d: cannot tell which one a context belongs to", ev.Turn)
 		}
 		callOfTurn[ev.Turn] = calls
+		turnOfCall = append(turnOfCall, ev.Turn)
 		calls++
 	}
 	if calls != len(replies) {
 		return nil, fmt.Errorf("trace has %d model calls but the transcript has %d assistant messages: cannot pair contexts with replies", calls, len(replies))
 	}
-	out := make([]schemas.SFTExample, 0, len(contexts))
+	out := make([]schemas.SFTExample, 0, calls)
+	sent := map[int][]schemas.Message{} // call → the context its event recorded
 	seen := map[int32]bool{}
 	for _, i := range contexts {
 		ev := r.Trace[i]
@@ -297,10 +300,19 @@ func Examples(r schemas.Rollout) ([]schemas.SFTExample, error) {
 		if len(msgs) == 0 {
 			return nil, fmt.Errorf("trace event %d (context of turn %d): empty message list", i, ev.Turn)
 		}
+		sent[call] = msgs
+	}
+	// A call without a context event was sent the default context: the
+	// system message and the transcript up to its reply.
+	for call, turn := range turnOfCall {
+		msgs, ok := sent[call]
+		if !ok {
+			msgs = slices.Clone(r.Messages[:replies[call]])
+		}
 		msgs = append(msgs, r.Messages[replies[call]])
 		mask := make([]bool, len(msgs))
 		mask[len(mask)-1] = true
-		id := ep + "#" + strconv.Itoa(int(ev.Turn))
+		id := ep + "#" + strconv.Itoa(int(turn))
 		out = append(out, schemas.SFTExample{ExampleID: id, EpisodeID: ep, TaskID: r.TaskID, Messages: msgs, TrainMask: mask, Tools: r.Tools})
 	}
 	return out, nil

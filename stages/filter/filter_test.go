@@ -349,10 +349,11 @@ func TestExamples(t *testing.T) {
 	}{
 		{"transcript: loss on assistant messages only", ro("t", 4, 1, ""),
 			[]string{"t/4@r001-w01"}, [][]schemas.Message{transcript("t", 4)}, [][]bool{transcriptMask}},
-		{"context events: one example per call that has one", ctxRow,
-			[]string{"c1/0@r001-w01#1", "c1/0@r001-w01#2"},
-			[][]schemas.Message{{sys, q, ctxRow.Messages[2]}, {sys, msg("user", "Q (summary: long…)"), ctxRow.Messages[4]}},
-			[][]bool{{false, false, true}, {false, false, true}}},
+		// Turn 3 has no context event: it was sent the default context.
+		{"context events: one example per call", ctxRow,
+			[]string{"c1/0@r001-w01#1", "c1/0@r001-w01#2", "c1/0@r001-w01#3"},
+			[][]schemas.Message{{sys, q, ctxRow.Messages[2]}, {sys, msg("user", "Q (summary: long…)"), ctxRow.Messages[4]}, ctxRow.Messages},
+			[][]bool{{false, false, true}, {false, false, true}, {false, false, false, false, false, false, true}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -411,11 +412,11 @@ func TestFilterContextEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"t1/0@r001-w01", "c1/0@r001-w01#1", "c1/0@r001-w01#2"}
+	want := []string{"t1/0@r001-w01", "c1/0@r001-w01#1", "c1/0@r001-w01#2", "c1/0@r001-w01#3"}
 	if got := exampleIDs(readSFT(t, s, res.Manifest)); !slices.Equal(got, want) {
 		t.Fatalf("examples %v, want %v", got, want)
 	}
-	if res.Manifest.Summary["accepted"] != 2.0 || res.Manifest.Summary["examples"] != 3.0 {
+	if res.Manifest.Summary["accepted"] != 2.0 || res.Manifest.Summary["examples"] != 4.0 {
 		t.Fatalf("summary %v", res.Manifest.Summary)
 	}
 
