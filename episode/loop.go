@@ -63,6 +63,12 @@ type loop struct {
 	// that reply, which chat templates require to follow it directly.
 	deferred []schemas.Message
 
+	// ids is the token sequence of the previous call's prompt and reply
+	// while the server returns ids and each prompt extends the last;
+	// noIDs once an episode cannot have exact tokens.
+	ids   []int32
+	noIDs bool
+
 	turn  int // the model call the current events belong to (1-based; 0 before the first)
 	trace []schemas.TraceEvent
 	res   Result
@@ -194,8 +200,10 @@ func (l *loop) step() *ending {
 	// A server that stopped at a stop sequence leaves it out (vLLM's
 	// default); the model did write it, and parse_action needs the
 	// closing tag.
+	l.tokenIDs(resp, &msg)
 	if s := resp.StopReason; s != "" && len(resp.ToolCalls) == 0 && slices.Contains(l.sampling.Stop, s) && !strings.HasSuffix(msg.Content, s) {
 		msg.Content += s
+		l.dropIDs("a stop sequence the server left out was put back, so the text is no longer that of the tokens", &msg)
 	}
 	l.push(msg)
 
@@ -244,7 +252,50 @@ func (l *loop) cut(end int) error {
 	tail := m.Content[end:]
 	m.Content = m.Content[:end]
 	l.event(KindCut, fmt.Sprintf("kept %d of %d bytes", end, n), tail)
+	l.dropIDs("the reply was cut at its action, so its tokens are not the stored text's")
 	return nil
+}
+
+// tokenIDs keeps the server's token ids with the reply: the completion's,
+// and the part of the prompt after the previous call's prompt and
+// completion. An episode whose prompts do not extend each other (a
+// context built otherwise, a chat template that rewrites history) or
+// whose server stops returning ids keeps none.
+func (l *loop) tokenIDs(resp *models.Response, msg *schemas.Message) {
+	if l.noIDs {
+		return
+	}
+	if resp.TokenIDs == nil || resp.PromptTokenIDs == nil {
+		if l.ids != nil {
+			l.dropIDs("the server returned no token ids for this call", msg)
+		}
+		l.noIDs = true
+		return
+	}
+	p := resp.PromptTokenIDs
+	if len(p) < len(l.ids) || !slices.Equal(p[:len(l.ids)], l.ids) {
+		l.dropIDs(fmt.Sprintf("the prompt of call %d does not start with the previous call's prompt and reply", l.turn), msg)
+		return
+	}
+	msg.PromptTokenIDs = slices.Clone(p[len(l.ids):])
+	msg.TokenIDs = slices.Clone(resp.TokenIDs)
+	l.ids = append(slices.Clip(p), resp.TokenIDs...)
+}
+
+// dropIDs removes the token ids of the episode (and of msg, not pushed
+// yet), saying why in the trace: the trainer then renders its text.
+func (l *loop) dropIDs(why string, msgs ...*schemas.Message) {
+	if l.noIDs && l.ids == nil {
+		return
+	}
+	l.noIDs, l.ids = true, nil
+	for i := range l.st.Messages {
+		l.st.Messages[i].TokenIDs, l.st.Messages[i].PromptTokenIDs = nil, nil
+	}
+	for _, m := range msgs {
+		m.TokenIDs, m.PromptTokenIDs = nil, nil
+	}
+	l.event(KindCut, "token ids dropped", why)
 }
 
 // mergeStops is the experiment's stop sequences followed by the harness's

@@ -383,6 +383,40 @@ func TestRunFakeEnv(t *testing.T) {
 			},
 		},
 		{
+			name: "exact token ids are kept while each prompt extends the last", src: nativeSrc,
+			replies: []modeltest.Reply{
+				{PromptTokenIDs: []int{1, 2, 3}, TokenIDs: []int{4, 5}, ToolCalls: []modeltest.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query": "q"}`}}},
+				{PromptTokenIDs: []int{1, 2, 3, 4, 5, 6, 7}, TokenIDs: []int{8, 9}, Content: "<answer>42</answer>"},
+			},
+			want: want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
+			check: func(t *testing.T, res Result, _ []modeltest.Request) {
+				a1, a2 := res.Messages[2], res.Messages[4]
+				if !slices.Equal(a1.PromptTokenIDs, []int32{1, 2, 3}) || !slices.Equal(a1.TokenIDs, []int32{4, 5}) ||
+					!slices.Equal(a2.PromptTokenIDs, []int32{6, 7}) || !slices.Equal(a2.TokenIDs, []int32{8, 9}) {
+					t.Errorf("ids %v %v / %v %v", a1.PromptTokenIDs, a1.TokenIDs, a2.PromptTokenIDs, a2.TokenIDs)
+				}
+			},
+		},
+		{
+			name: "token ids are dropped when a prompt does not extend the last", src: nativeSrc,
+			replies: []modeltest.Reply{
+				{PromptTokenIDs: []int{1, 2, 3}, TokenIDs: []int{4, 5}, ToolCalls: []modeltest.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query": "q"}`}}},
+				{PromptTokenIDs: []int{1, 2, 3, 4, 99, 6, 7}, TokenIDs: []int{8, 9}, Content: "<answer>42</answer>"},
+			},
+			want: want{finish: FinishAnswer, answer: "42", reward: 1, turns: 2},
+			check: func(t *testing.T, res Result, _ []modeltest.Request) {
+				for i, m := range res.Messages {
+					if m.TokenIDs != nil || m.PromptTokenIDs != nil {
+						t.Errorf("message %d keeps ids %v %v", i, m.PromptTokenIDs, m.TokenIDs)
+					}
+				}
+				cuts := eventsOf(res.Trace, KindCut)
+				if len(cuts) != 1 || cuts[0].Action != "token ids dropped" || !strings.Contains(cuts[0].Feedback, "prompt of call 2 does not start") {
+					t.Errorf("cut events %+v", cuts)
+				}
+			},
+		},
+		{
 			name: "reasoning is kept and given back", src: nativeSrc,
 			replies: []modeltest.Reply{
 				{Reasoning: "I should search.", ToolCalls: []modeltest.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query": "q"}`}}},

@@ -58,6 +58,10 @@ type Response struct {
 	// StopReason is the stop sequence that ended the reply when the server
 	// says so (vLLM's stop_reason); such servers leave it out of Content.
 	StopReason string
+	// PromptTokenIDs and TokenIDs are the token ids of the prompt and of
+	// the completion when the server returns them (vLLM with
+	// return_token_ids: true, e.g. in model.extra); nil otherwise.
+	PromptTokenIDs, TokenIDs []int32
 	// Model is the model id as the server reports it: the checkpoint that
 	// actually answered.
 	Model            string

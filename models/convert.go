@@ -155,8 +155,11 @@ type wireCompletion struct {
 		// StopReason is vLLM's: the stop string (or token id) that ended
 		// the reply, null otherwise.
 		StopReason json.RawMessage `json:"stop_reason"`
+		TokenIDs   []int32         `json:"token_ids"`
 	} `json:"choices"`
-	Usage *struct {
+	// PromptTokenIDs is vLLM's, with return_token_ids.
+	PromptTokenIDs []int32 `json:"prompt_token_ids"`
+	Usage          *struct {
 		PromptTokens     int64 `json:"prompt_tokens"`
 		CompletionTokens int64 `json:"completion_tokens"`
 	} `json:"usage"`
@@ -203,6 +206,7 @@ func fromWire(wc *wireCompletion) (*Response, error) {
 	if r.Reasoning == "" {
 		r.Reasoning = validUTF8(ch.Message.Reasoning)
 	}
+	r.PromptTokenIDs, r.TokenIDs = wc.PromptTokenIDs, ch.TokenIDs
 	var stop string
 	if json.Unmarshal(ch.StopReason, &stop) == nil {
 		r.StopReason = validUTF8(stop)

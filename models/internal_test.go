@@ -191,6 +191,12 @@ func TestDecodeCompletion(t *testing.T) {
 			func(r *Response) bool { return r.StopReason == "</search>" && r.Content == "<search>q" }},
 		{"stop_reason a token id", `{"choices":[{"message":{"content":"x"},"finish_reason":"stop","stop_reason":151645}]}`, false,
 			func(r *Response) bool { return r.StopReason == "" }},
+		{"token ids", `{"prompt_token_ids":[1,2,3],"choices":[{"message":{"content":"x"},"token_ids":[4,5]}]}`, false,
+			func(r *Response) bool {
+				return len(r.PromptTokenIDs) == 3 && r.PromptTokenIDs[2] == 3 && len(r.TokenIDs) == 2 && r.TokenIDs[1] == 5
+			}},
+		{"no token ids", `{"choices":[{"message":{"content":"x"}}]}`, false,
+			func(r *Response) bool { return r.PromptTokenIDs == nil && r.TokenIDs == nil }},
 		{"stop_reason null", `{"choices":[{"message":{"content":"x"},"finish_reason":"stop","stop_reason":null}]}`, false,
 			func(r *Response) bool { return r.StopReason == "" }},
 		{"invalid UTF-8 becomes U+FFFD", "{\"choices\":[{\"message\":{\"content\":\"a\xffb\xc3\"}}]}", false,

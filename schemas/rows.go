@@ -36,6 +36,15 @@ type Message struct {
 	// was none. Added in schema version 2; files written before read it as
 	// "".
 	Reasoning string `parquet:"reasoning" json:"reasoning,omitempty"`
+	// TokenIDs are the exact tokens the server generated for an assistant
+	// message, and PromptTokenIDs the tokens its call's prompt added after
+	// the previous call's prompt and completion (the whole prompt for the
+	// first call), when the server returned ids and the episode's prompts
+	// extended each other; empty otherwise. A trainer that has them for
+	// every assistant message trains on exactly these tokens. Added in
+	// schema version 2.
+	TokenIDs       []int32 `parquet:"token_ids,list" json:"token_ids,omitempty"`
+	PromptTokenIDs []int32 `parquet:"prompt_token_ids,list" json:"prompt_token_ids,omitempty"`
 }
 
 // TraceEvent is one step of an episode's execution trace: a hook call, a

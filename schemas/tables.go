@@ -71,6 +71,8 @@ var (
 		str("tool_call_id"),
 		list("tool_calls", toolCallType),
 		str("reasoning"),
+		list("token_ids", arrow.PrimitiveTypes.Int32),
+		list("prompt_token_ids", arrow.PrimitiveTypes.Int32),
 	)
 	traceEventType = arrow.StructOf(
 		i32("turn"),
@@ -122,7 +124,7 @@ var (
 			list("trace", traceEventType),
 			str("tools"),
 		}, nil),
-		added: []string{"messages[].reasoning", "tools"},
+		added: []string{"messages[].reasoning", "messages[].token_ids", "messages[].prompt_token_ids", "tools"},
 		row:   reflect.TypeFor[Rollout](),
 		stats: []string{"run", "position", "model_id", "harness_id", "task_id", "finish_reason"},
 	}
@@ -138,7 +140,7 @@ var (
 			list("train_mask", arrow.FixedWidthTypes.Boolean),
 			str("tools"),
 		}, nil),
-		added: []string{"messages[].reasoning", "tools"},
+		added: []string{"messages[].reasoning", "messages[].token_ids", "messages[].prompt_token_ids", "tools"},
 		row:   reflect.TypeFor[SFTExample](),
 		stats: []string{"example_id", "episode_id", "task_id"},
 	}

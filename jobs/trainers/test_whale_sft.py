@@ -128,6 +128,43 @@ def call(i, name, args):
 
 
 @unittest.skipIf(NO_JINJA, NO_JINJA)
+class ExactTokensTest(unittest.TestCase):
+    """Examples whose assistant messages carry the server's token ids are
+    trained on exactly those tokens."""
+
+    def example(self, second_ids=True, mask=(False, True, False, True)):
+        msgs = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "prompt_token_ids": [1, 2, 3], "token_ids": [4, 5],
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "content": "r", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "a", "prompt_token_ids": [6, 7], "token_ids": [8, 9]},
+        ]
+        if not second_ids:
+            del msgs[3]["token_ids"]
+        return whale_sft.check_example({"example_id": "e", "messages": msgs, "train_mask": list(mask)}, "test")
+
+    def test_ids_are_trained_as_given(self):
+        feat = whale_sft.features(self.example(), ToyTokenizer())
+        self.assertEqual(feat["input_ids"], [1, 2, 3, 4, 5, 6, 7, 8, 9])
+        self.assertEqual(feat["labels"], [IGNORE] * 3 + [4, 5] + [IGNORE] * 2 + [8, 9])
+        feat = whale_sft.features(self.example(mask=(False, False, False, True)), ToyTokenizer())
+        self.assertEqual(feat["labels"], [IGNORE] * 7 + [8, 9])
+
+    def test_missing_ids_fall_back_to_the_text(self):
+        ex = self.example(second_ids=False)
+        self.assertNotIn("token_ids", ex)
+        tok = ToyTokenizer()
+        feat = whale_sft.features(ex, tok)
+        self.assertEqual(tok.decode(feat["input_ids"]), tok.apply_chat_template(ex["messages"]))
+
+    def test_bad_ids_are_refused(self):
+        ex = {"example_id": "e", "messages": [{"role": "user", "content": "q"},
+              {"role": "assistant", "content": "a", "prompt_token_ids": [1], "token_ids": ["x"]}], "train_mask": [False, True]}
+        with self.assertRaisesRegex(whale_sft.DataError, "message 1: token_ids: want a list of token ids"):
+            whale_sft.check_example(ex, "test")
+
+
 class ReasoningTest(unittest.TestCase):
     """Reasoning rendered by testdata/qwen3_like.jinja, which treats
     reasoning_content the way Qwen3's chat template does."""

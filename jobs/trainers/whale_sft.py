@@ -147,7 +147,36 @@ def check_example(ex, where):
     tools = check_tools(ex.get("tools"), f"{where}{_example_name(ex)}")
     if tools:
         example["tools"] = tools
+    ids = exact_tokens(msgs, example["train_mask"], f"{where}{_example_name(ex)}")
+    if ids is not None:
+        example["token_ids"] = ids
     return example
+
+
+def _ids(v, what):
+    if not isinstance(v, list) or not all(isinstance(t, int) and t >= 0 for t in v):
+        raise DataError(f"{what}: want a list of token ids (integers >= 0)")
+    return v
+
+
+def exact_tokens(msgs, mask, where):
+    """The example's exact tokens when the server returned them for every
+    assistant message (token_ids, and prompt_token_ids: what the call's
+    prompt added after the previous call's prompt and completion): a list
+    of (ids, trained) pieces in order, or None to render the text. Messages
+    after the last assistant message carry no loss and are left out."""
+    last = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=-1)
+    if last < 0:
+        return None
+    pieces = []
+    for i, m in enumerate(msgs[:last + 1]):
+        if m.get("role") != "assistant":
+            continue
+        if not m.get("token_ids") or m.get("prompt_token_ids") is None:
+            return None
+        pieces.append((_ids(m["prompt_token_ids"], f"{where}: message {i}: prompt_token_ids"), False))
+        pieces.append((_ids(m["token_ids"], f"{where}: message {i}: token_ids"), bool(mask[i])))
+    return pieces
 
 
 def check_tools(tools, where):
@@ -366,8 +395,17 @@ def features(example, tokenizer, max_length=None, train_reasoning=True):
     with no trained token left gives None.
     """
     ids, labels = [], []
-    for text, trained in segments(example, tokenizer, train_reasoning):
-        toks = encode(tokenizer, text)
+    if "token_ids" in example:
+        # Exactly the tokens the model saw and wrote: no re-tokenising, so
+        # no drift between rollout and training. Reasoning is not told
+        # apart in ids, so masking it needs the text path.
+        if not train_reasoning and any(m.get("reasoning_content") for m in example["messages"]):
+            raise DataError(f"example {example.get('example_id', '')!r}: WHALE_TRAIN_REASONING=0 cannot mask reasoning "
+                            "inside exact token ids; train on reasoning, or roll out without return_token_ids")
+        pieces = example["token_ids"]
+    else:
+        pieces = [(encode(tokenizer, text), trained) for text, trained in segments(example, tokenizer, train_reasoning)]
+    for toks, trained in pieces:
         ids.extend(toks)
         labels.extend(toks if trained else [IGNORE] * len(toks))
     if max_length and len(ids) > max_length:

@@ -81,6 +81,10 @@ type Reply struct {
 	CompletionTokens int64
 	// NoUsage leaves the usage object out.
 	NoUsage bool
+	// PromptTokenIDs and TokenIDs, when set, are sent as vLLM does for a
+	// request with return_token_ids: the prompt's ids at the top level,
+	// the completion's in the choice.
+	PromptTokenIDs, TokenIDs []int
 
 	Fault Fault
 	// Status is the HTTP status for FaultStatus.
@@ -538,7 +542,11 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 	}
 	choices := []map[string]any{}
 	if withChoice {
-		choices = append(choices, map[string]any{"index": 0, "message": msg, "finish_reason": finish, "stop_reason": rep.StopReason, "logprobs": nil})
+		choice := map[string]any{"index": 0, "message": msg, "finish_reason": finish, "stop_reason": rep.StopReason, "logprobs": nil}
+		if rep.TokenIDs != nil {
+			choice["token_ids"] = rep.TokenIDs
+		}
+		choices = append(choices, choice)
 	}
 	body := map[string]any{
 		"id":      "chatcmpl-modeltest-" + strconv.Itoa(req.Call),
@@ -546,6 +554,9 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 		"created": 1700000000 + int64(req.Call),
 		"model":   model,
 		"choices": choices,
+	}
+	if rep.PromptTokenIDs != nil {
+		body["prompt_token_ids"] = rep.PromptTokenIDs
 	}
 	if !rep.NoUsage {
 		pt, ct := rep.PromptTokens, rep.CompletionTokens

@@ -129,6 +129,11 @@ type JSONLMessage struct {
 	// content; the reference trainer renders it as the chat template's
 	// reasoning_content.
 	Reasoning string `json:"reasoning,omitempty"`
+	// TokenIDs and PromptTokenIDs are the server's exact tokens (see
+	// schemas.Message); a trainer that has them for every assistant
+	// message trains on them instead of rendering the text.
+	TokenIDs       []int32 `json:"token_ids,omitempty"`
+	PromptTokenIDs []int32 `json:"prompt_token_ids,omitempty"`
 }
 
 // JSONLToolCall is one tool call of an assistant message.
@@ -191,7 +196,8 @@ func toJSONL(ex schemas.SFTExample) (JSONLExample, int64, error) {
 			}
 			n++
 		}
-		jm := JSONLMessage{Role: m.Role, Content: m.Content, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.Reasoning}
+		jm := JSONLMessage{Role: m.Role, Content: m.Content, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.Reasoning,
+			TokenIDs: m.TokenIDs, PromptTokenIDs: m.PromptTokenIDs}
 		for _, tc := range m.ToolCalls {
 			jm.ToolCalls = append(jm.ToolCalls, JSONLToolCall{ID: tc.ID, Type: "function", Function: JSONLFunction{Name: tc.Name, Arguments: tc.Arguments}})
 		}

@@ -94,6 +94,9 @@ func TestExportJSONL(t *testing.T) {
 				if _, has := msgs[0].(map[string]any)["tool_calls"]; has {
 					t.Errorf("line %d: empty tool_calls written", i)
 				}
+				if ids := msgs[2].(map[string]any)["token_ids"].([]any); len(ids) != 2 || ids[1] != float64(i) || msgs[2].(map[string]any)["prompt_token_ids"] == nil {
+					t.Errorf("line %d: token ids %v", i, ids)
+				}
 				if r := msgs[2].(map[string]any)["reasoning"]; r != fmt.Sprintf("add 1 to %d", i) {
 					t.Errorf("line %d: reasoning %v", i, r)
 				}

@@ -80,7 +80,7 @@ func examples(n int) []schemas.SFTExample {
 			Messages: []schemas.Message{
 				{Role: "system", Content: "be brief"},
 				{Role: "user", Content: fmt.Sprintf("what is %d+1?", i)},
-				{Role: "assistant", Content: "", Reasoning: fmt.Sprintf("add 1 to %d", i), ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "calc", Arguments: fmt.Sprintf(`{"x":%d}`, i)}}},
+				{Role: "assistant", Content: "", Reasoning: fmt.Sprintf("add 1 to %d", i), PromptTokenIDs: []int32{1, 2}, TokenIDs: []int32{3, int32(i)}, ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "calc", Arguments: fmt.Sprintf(`{"x":%d}`, i)}}},
 				{Role: "tool", Content: strconv.Itoa(i + 1), ToolCallID: "c1"},
 				{Role: "assistant", Content: fmt.Sprintf("<answer>%d</answer>", i+1)},
 			},
