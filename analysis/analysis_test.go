@@ -304,8 +304,19 @@ type foreignRollout struct {
 	PromptTokens     int32                `parquet:"prompt_tokens"`
 	CompletionTokens int64                `parquet:"completion_tokens,optional"`
 	LatencyMS        int64                `parquet:"latency_ms"`
-	Messages         []schemas.Message    `parquet:"messages,list"`
+	Messages         []messageV1          `parquet:"messages,list"`
 	Trace            []schemas.TraceEvent `parquet:"trace,list"`
+}
+
+// messageV1 is a message of rollouts schema version 1 (no reasoning, no
+// token ids): foreignRollout is also a file of the previous whale, which
+// had no tools column either.
+type messageV1 struct {
+	Role       string             `parquet:"role"`
+	Content    string             `parquet:"content"`
+	Name       string             `parquet:"name"`
+	ToolCallID string             `parquet:"tool_call_id"`
+	ToolCalls  []schemas.ToolCall `parquet:"tool_calls,list"`
 }
 
 func TestAnalyzeForeignLayout(t *testing.T) {
@@ -313,7 +324,8 @@ func TestAnalyzeForeignLayout(t *testing.T) {
 	for _, r := range append(weightRows(), harnessRows()...) {
 		rows = append(rows, foreignRollout{Run: r.Run, Position: r.Position, ModelID: r.ModelID, HarnessID: r.HarnessID, TaskID: r.TaskID,
 			Reward: float32(r.Reward), Correct: r.Correct, Error: r.Error, Turns: int64(r.Turns),
-			PromptTokens: int32(r.PromptTokens), CompletionTokens: r.CompletionTokens})
+			PromptTokens: int32(r.PromptTokens), CompletionTokens: r.CompletionTokens,
+			Messages: []messageV1{{Role: "user", Content: "q"}, {Role: "assistant", Content: "a"}}})
 	}
 	var buf bytes.Buffer
 	if err := parquet.Write(&buf, rows); err != nil {
