@@ -256,9 +256,9 @@ func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration,
 	runBare(2 * endpoints * slots)
 
 	calls := n * g * turns
-	var window, stageTime, bareTime, hold time.Duration
+	var window, steadyWindow, stageTime, bareTime, hold time.Duration
 	var cpu float64
-	measured := 0
+	measured, steadyCalls := 0, 0
 	for ; b.Loop(); measured++ {
 		// Alternate which goes first, so that load from elsewhere on the
 		// machine hits both alike.
@@ -271,6 +271,9 @@ func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration,
 		cpu += cpuSeconds() - c0
 		hold += held() - h0
 		window += m.span()
+		n, w := m.steady()
+		steadyCalls += n
+		steadyWindow += w
 		if measured%2 == 0 {
 			bareTime += runBare(calls)
 		}
@@ -287,6 +290,7 @@ func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration,
 	b.ReportMetric(rate, "calls/s")
 	b.ReportMetric(capacity, "capacity_calls/s")
 	b.ReportMetric(rate/capacity, "utilisation")
+	b.ReportMetric(float64(steadyCalls)/steadyWindow.Seconds()/capacity, "steady_utilisation")
 	b.ReportMetric(total/stageTime.Seconds()/capacity, "stage_utilisation")
 	b.ReportMetric(bareUtil, "bare_utilisation")
 	b.ReportMetric(rate/capacity/bareUtil, "ratio")
@@ -309,11 +313,12 @@ func checkUtilisationRun(b *testing.B, m *storage.Manifest, episodes, turns, cal
 }
 
 // spanChatter is a model client that times the span from the first call's
-// start to the last call's return.
+// start to the last call's return, and keeps when each call returned.
 type spanChatter struct {
 	*models.Client
 	mu          sync.Mutex
 	first, last time.Time
+	done        []time.Time
 }
 
 func (c *spanChatter) Chat(ctx context.Context, req models.Request) (*models.Response, error) {
@@ -325,8 +330,26 @@ func (c *spanChatter) Chat(ctx context.Context, req models.Request) (*models.Res
 		c.first = t0
 	}
 	c.last = later(c.last, t1)
+	c.done = append(c.done, t1)
 	c.mu.Unlock()
 	return res, err
+}
+
+// steady is the rate of calls returned in the middle three fifths of the
+// span: the run without its ramp-up (slots filling) and its tail (the
+// last episodes finishing their turns while other slots idle), which the
+// goal of "runs long enough that ramp-up is negligible" leaves out.
+func (c *spanChatter) steady() (calls int, window time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	span := c.last.Sub(c.first)
+	from, to := c.first.Add(span/5), c.last.Add(-span/5)
+	for _, t := range c.done {
+		if !t.Before(from) && t.Before(to) {
+			calls++
+		}
+	}
+	return calls, to.Sub(from)
 }
 
 func later(a, b time.Time) time.Time {
@@ -338,7 +361,7 @@ func later(a, b time.Time) time.Time {
 
 func (c *spanChatter) reset() {
 	c.mu.Lock()
-	c.first, c.last = time.Time{}, time.Time{}
+	c.first, c.last, c.done = time.Time{}, time.Time{}, c.done[:0]
 	c.mu.Unlock()
 }
 
