@@ -478,19 +478,13 @@ func (l *loop) act(a harness.Action, native bool) *ending {
 // result, a tool error's feedback) to MAX_TOOL_RESULT_CHARS characters,
 // saying so at the end, and traces the cut.
 func (l *loop) capToolResult(text string) string {
-	n := utf8.RuneCountInString(text)
-	if n <= l.maxToolChars {
+	kept, cut := harness.CutChars(text, l.maxToolChars)
+	if !cut {
 		return text
 	}
-	i := 0
-	for pos := range text {
-		if i == l.maxToolChars {
-			l.event(KindCut, fmt.Sprintf("tool result: kept %d of %d characters", l.maxToolChars, n), "MAX_TOOL_RESULT_CHARS")
-			return text[:pos] + fmt.Sprintf("\n[tool result cut: %d more characters]", n-l.maxToolChars)
-		}
-		i++
-	}
-	return text
+	n := utf8.RuneCountInString(text)
+	l.event(KindCut, fmt.Sprintf("tool result: kept %d of %d characters", l.maxToolChars, n), "MAX_TOOL_RESULT_CHARS")
+	return kept + fmt.Sprintf("\n[tool result cut: %d more characters]", n-l.maxToolChars)
 }
 
 func (l *loop) feedback(native bool, a harness.Action, text string) {

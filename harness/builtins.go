@@ -284,3 +284,22 @@ func unpackGo(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 	}
 	return goArgs, nil
 }
+
+// CutChars keeps the first n characters (runes) of s and says whether it
+// cut: what the limits in characters that harnesses and domains set mean.
+func CutChars(s string, n int) (string, bool) {
+	if n <= 0 {
+		return "", s != ""
+	}
+	if len(s) <= n {
+		return s, false
+	}
+	i := 0
+	for pos := range s {
+		if i == n {
+			return s[:pos], true
+		}
+		i++
+	}
+	return s, false
+}

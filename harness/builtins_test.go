@@ -112,3 +112,24 @@ func TestPrintIsCaptured(t *testing.T) {
 		t.Errorf("output %d bytes starting %q", len(rec.Output), rec.Output[:min(20, len(rec.Output))])
 	}
 }
+
+func TestCutChars(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+		cut  bool
+	}{
+		{"abc", 5, "abc", false},
+		{"abc", 3, "abc", false},
+		{"abc", 2, "ab", true},
+		{"é中🐳x", 3, "é中🐳", true},
+		{"é中", 2, "é中", false},
+		{"abc", 0, "", true},
+		{"", 0, "", false},
+	} {
+		if got, cut := CutChars(tc.s, tc.n); got != tc.want || cut != tc.cut {
+			t.Errorf("CutChars(%q, %d) = %q, %v; want %q, %v", tc.s, tc.n, got, cut, tc.want, tc.cut)
+		}
+	}
+}

@@ -190,8 +190,8 @@ func (e *Env) run(ctx context.Context, code string) (episode.Step, error) {
 // CodeResult is the tool result of one run as format_tool_result receives
 // it, its output cut to maxChars characters in all (stdout first).
 func CodeResult(res RunResult, maxChars int) map[string]any {
-	stdout, cutOut := cutRunes(res.Stdout, maxChars)
-	stderr, cutErr := cutRunes(res.Stderr, maxChars-utf8.RuneCountInString(stdout))
+	stdout, cutOut := harness.CutChars(res.Stdout, maxChars)
+	stderr, cutErr := harness.CutChars(res.Stderr, maxChars-utf8.RuneCountInString(stdout))
 	truncated := cutOut || cutErr || res.Truncated
 
 	var text strings.Builder
@@ -225,24 +225,6 @@ func CodeResult(res RunResult, maxChars int) map[string]any {
 		"truncated": truncated,
 		"text":      text.String(),
 	}
-}
-
-// cutRunes keeps the first n characters of s and says whether it cut.
-func cutRunes(s string, n int) (string, bool) {
-	if n <= 0 {
-		return "", s != ""
-	}
-	if len(s) <= n {
-		return s, false
-	}
-	i := 0
-	for pos := range s {
-		if i == n {
-			return s[:pos], true
-		}
-		i++
-	}
-	return s, false
 }
 
 // Final scores an episode that ended without an answer: reward 0.

@@ -207,7 +207,7 @@ func SearchResult(query string, passages []Passage, topk, maxDocChars int) map[s
 	list := make([]any, len(passages))
 	var text strings.Builder
 	for i, p := range passages {
-		contents := cutRunes(p.Contents, maxDocChars)
+		contents, _ := harness.CutChars(p.Contents, maxDocChars)
 		title := p.Title
 		if title == "" {
 			title = TitleOf(contents)
@@ -218,21 +218,6 @@ func SearchResult(query string, passages []Passage, topk, maxDocChars int) map[s
 		fmt.Fprintf(&text, "Doc %d(Title: %s) %s\n", i+1, title, body)
 	}
 	return map[string]any{"query": query, "passages": list, "text": text.String()}
-}
-
-// cutRunes keeps the first n characters of s.
-func cutRunes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := 0
-	for pos := range s {
-		if i == n {
-			return s[:pos]
-		}
-		i++
-	}
-	return s
 }
 
 // Final scores an episode that ended without an answer: reward 0.
