@@ -321,7 +321,7 @@ func (l *loop) nativeCalls(calls []schemas.ToolCall) *ending {
 		a, problem := l.nativeAction(tc)
 		if problem != "" {
 			l.st.LastAction = map[string]any{"kind": "tool", "tool": tc.Name, "id": tc.ID, "error": problem}
-			l.event(KindTool, tc.Name+"("+quoteClip(tc.Arguments)+") id="+tc.ID, "tool error: "+clip(problem, clipShort))
+			l.event(KindTool, toolAction(harness.Action{Tool: tc.Name, Input: tc.Arguments, ID: tc.ID}), "tool error: "+clip(problem, clipShort))
 			text, e := l.callString("on_error", "tool", problem, l.state())
 			if e != nil {
 				l.flushDeferred()

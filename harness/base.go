@@ -142,7 +142,7 @@ func Base() *Contract {
 					"the model must call. Empty: not sent (the server's default, auto).",
 			},
 			{
-				Name: "STOP", Type: TypeList, Default: []any{}, Shape: ListOf{Elem: StringShape, Max: 16},
+				Name: "STOP", Type: TypeList, Default: []any{}, Shape: ListOf{Elem: NonEmptyStringShape, Max: 16},
 				Doc: "Stop sequences sent with every call, after the experiment's `model.stop`. A server that stops " +
 					"at one leaves it out of the reply (vLLM reports it as stop_reason); the loop puts it back, so " +
 					"that parse_action sees the closing tag the model wrote.",

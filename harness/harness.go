@@ -398,11 +398,7 @@ func (h *Harness) check() []Problem {
 		h.hooks[spec.Name] = fn
 	}
 	if len(problems) == 0 {
-		for _, msg := range h.resolveTools() {
-			name, _, _ := strings.Cut(msg, "[")
-			name, _, _ = strings.Cut(name, " ")
-			problems = append(problems, Problem{Pos: at(name), Msg: "constant " + msg})
-		}
+		problems = h.resolveTools(at)
 	}
 	h.warnings = h.unknownNames()
 	return problems

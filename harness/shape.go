@@ -49,7 +49,10 @@ var (
 	BoolShape Shape = kindShape{"bool", func(v any) bool { _, ok := v.(bool); return ok }}
 	NoneShape Shape = kindShape{"None", func(v any) bool { return v == nil }}
 	DictShape Shape = kindShape{"dict", func(v any) bool { _, ok := v.(map[string]any); return ok }}
-	ListShape Shape = kindShape{"list", func(v any) bool { _, ok := v.([]any); return ok }}
+	// NonEmptyStringShape is a string with at least one byte (a stop
+	// sequence: servers refuse an empty one).
+	NonEmptyStringShape Shape = kindShape{"non-empty string", func(v any) bool { s, ok := v.(string); return ok && s != "" }}
+	ListShape           Shape = kindShape{"list", func(v any) bool { _, ok := v.([]any); return ok }}
 )
 
 // ListOf is a list whose elements all have shape Elem and whose length is

@@ -121,9 +121,13 @@ var ToolShape = OneOf{StringShape, Record{Name: "tool", Fields: []Field{
 var toolChoices = []string{"", "auto", "none", "required"}
 
 // resolveTools turns the harness's TOOLS and TOOL_CHOICE into the tools the
-// loop offers. Problems name the entry and what the domain offers.
-func (h *Harness) resolveTools() []string {
-	var problems []string
+// loop offers. Problems are placed at the constant (at) and name the entry
+// and what the domain offers.
+func (h *Harness) resolveTools(at func(name string) Pos) []Problem {
+	var problems []Problem
+	add := func(name, format string, args ...any) {
+		problems = append(problems, Problem{Pos: at(name), Msg: "constant " + name + fmt.Sprintf(format, args...)})
+	}
 	offered := h.contract.Tools
 	names := make([]string, len(offered))
 	for i, t := range offered {
@@ -143,14 +147,14 @@ func (h *Harness) resolveTools() []string {
 		j := slices.Index(names, t.Name)
 		if j < 0 {
 			if len(names) == 0 {
-				problems = append(problems, fmt.Sprintf("TOOLS[%d]: domain %s offers no native tools", i, h.contract.Name))
+				add("TOOLS", "[%d]: domain %s offers no native tools", i, h.contract.Name)
 			} else {
-				problems = append(problems, fmt.Sprintf("TOOLS[%d]: domain %s offers no tool %q (it offers %s)", i, h.contract.Name, t.Name, strings.Join(names, ", ")))
+				add("TOOLS", "[%d]: domain %s offers no tool %q (it offers %s)", i, h.contract.Name, t.Name, strings.Join(names, ", "))
 			}
 			continue
 		}
 		if slices.ContainsFunc(h.tools, func(o Tool) bool { return o.Name == t.Name }) {
-			problems = append(problems, fmt.Sprintf("TOOLS[%d]: tool %q is listed twice", i, t.Name))
+			add("TOOLS", "[%d]: tool %q is listed twice", i, t.Name)
 			continue
 		}
 		if t.Description == "" {
@@ -161,25 +165,19 @@ func (h *Harness) resolveTools() []string {
 		}
 		sch, err := compileParameters(t.Parameters)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("TOOLS[%d] (%s): %v", i, t.Name, err))
+			add("TOOLS", "[%d] (%s): %v", i, t.Name, err)
 			continue
 		}
 		t.schema = sch
 		h.tools = append(h.tools, t)
 	}
-	stops, _ := h.consts["STOP"].([]any)
-	for i, s := range stops {
-		if s == "" {
-			problems = append(problems, fmt.Sprintf("STOP[%d]: an empty stop sequence (servers refuse it)", i))
-		}
-	}
 	choice, _ := h.consts["TOOL_CHOICE"].(string)
 	switch {
 	case choice == "":
 	case len(list) == 0:
-		problems = append(problems, fmt.Sprintf("TOOL_CHOICE %q needs TOOLS: no native tool is offered", choice))
+		add("TOOL_CHOICE", " %q needs TOOLS: no native tool is offered", choice)
 	case !slices.Contains(toolChoices, choice) && !slices.ContainsFunc(h.tools, func(t Tool) bool { return t.Name == choice }):
-		problems = append(problems, fmt.Sprintf("TOOL_CHOICE %q: want auto, none, required or the name of a tool in TOOLS", choice))
+		add("TOOL_CHOICE", " %q: want auto, none, required or the name of a tool in TOOLS", choice)
 	}
 	return problems
 }

@@ -62,7 +62,7 @@ func TestToolsLoadErrors(t *testing.T) {
 		{"choice without tools", "TOOL_CHOICE = \"auto\"\n", `h.star:1:1: constant TOOL_CHOICE "auto" needs TOOLS`},
 		{"choice of another tool", "TOOLS = [\"calc\"]\nTOOL_CHOICE = \"search\"\n", `TOOL_CHOICE "search": want auto, none, required or the name of a tool in TOOLS`},
 		{"stop of the wrong shape", "STOP = [1]\n", "constant STOP"},
-		{"empty stop", "STOP = [\"</a>\", \"\"]\n", "h.star:1:1: constant STOP[1]: an empty stop sequence"},
+		{"empty stop", "STOP = [\"</a>\", \"\"]\n", `h.star:1:1: constant STOP: STOP[1]: want non-empty string, got string ""`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
