@@ -28,7 +28,9 @@
 //     merged into the top level of the request body; top_k has a typed field.
 //
 // Each attempt is a plain net/http request on one pooled http.Transport:
-// the body is encoded and the reply decoded here, and only Content-Type,
+// the body and the reply are the wire types of package models/openai
+// (shared with whale's servers) through encoding/json, a reply is read up
+// to MaxReplyBytes, and only Content-Type,
 // Accept, Accept-Encoding: identity, User-Agent and Authorization (when
 // there is a key) are sent; redirects are followed only within the
 // endpoint's origin. The chat completions wire format is small and stable;

@@ -1,7 +1,6 @@
 package models
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"strings"
@@ -10,111 +9,95 @@ import (
 	"github.com/whalerun/whale/schemas"
 )
 
-// marshalWire is the reference: toWire and encoding/json.
-func marshalWire(w wireRequest, msgs []schemas.Message) ([]byte, error) {
-	var err error
-	if w.Messages, err = toWire(msgs); err != nil {
-		return nil, err
-	}
-	return json.Marshal(&w)
-}
-
-func allBytes() string {
-	var b strings.Builder
-	for i := range 256 {
-		b.WriteByte(byte(i))
-	}
-	return b.String()
-}
-
-func TestAppendRequestMatchesEncodingJSON(t *testing.T) {
-	tricky := []string{"", "plain", `q"uote\back`, "<answer>42</answer> & more", "tab\tnl\ncr\rbs\bff\f\x00\x1f\x7f",
-		"é中文🐳", "\u2028\u2029", "bad \xff\xfe utf8 \xe2\x82", allBytes()}
-	var msgs []schemas.Message
-	for _, s := range tricky {
-		msgs = append(msgs, schemas.Message{Role: "user", Content: s})
-	}
-	msgs = append(msgs,
-		schemas.Message{Role: "system", Content: "s", Name: "n\x01"},
-		schemas.Message{Role: "developer", Content: "d"},
-		schemas.Message{Role: "assistant", Content: "", ToolCalls: []schemas.ToolCall{{ID: "c<1>", Name: "search", Arguments: `{"q":"x"}`}, {Name: "n"}}},
-		schemas.Message{Role: "assistant", Content: "text too", ToolCalls: []schemas.ToolCall{{ID: "c2", Name: "calc", Arguments: ""}}},
-		schemas.Message{Role: "assistant", Content: ""},
-		schemas.Message{Role: "assistant", Content: "", Reasoning: "think <first>", ToolCalls: []schemas.ToolCall{{ID: "c3", Name: "search", Arguments: "{}"}}},
-		schemas.Message{Role: "assistant", Content: "a", Reasoning: "r"},
-		schemas.Message{Role: "tool", Content: "r", Name: "search", ToolCallID: "c<1>"},
-	)
-	f := func(v float64) *float64 { return &v }
-	i := func(v int) *int { return &v }
-	i64 := func(v int64) *int64 { return &v }
+// TestRequestBody checks the body the client sends for each shape of
+// message, tool and sampling field against the JSON vLLM's and OpenAI's
+// schemas expect.
+func TestRequestBody(t *testing.T) {
+	zero, zero64 := 0, int64(0)
+	temp := 0.0
 	cases := []struct {
 		name string
-		w    wireRequest
-		msgs []schemas.Message
+		cfg  Config
+		req  Request
+		want string
 	}{
-		{"bare", wireRequest{Model: "m"}, msgs[:1]},
-		{"all messages", wireRequest{Model: "<m>"}, msgs},
-		{"sampling", wireRequest{Model: "m", Temperature: f(0.7), TopP: f(1), TopK: i(-1), MaxTokens: i64(8192), Seed: i64(-5), Stop: []string{"</answer>", "\n\n"}}, msgs[:2]},
-		{"zero sampling", wireRequest{Model: "m", Temperature: f(0), TopP: f(0), TopK: i(0), MaxTokens: i64(0), Seed: i64(0)}, msgs[:1]},
-		{"float formats", wireRequest{Model: "m", Temperature: f(1e-7), TopP: f(1e21)}, msgs[:1]},
-		{"float formats 2", wireRequest{Model: "m", Temperature: f(-3.25e-10), TopP: f(123456789.125)}, msgs[:1]},
-		{"tools", wireRequest{Model: "m", Tools: []wireTool{{Type: "function", Function: wireToolFunction{Name: "search", Parameters: map[string]any{"type": "object"}}}}}, msgs[:1]},
-		{"tool choice mode", wireRequest{Model: "m", Tools: []wireTool{{Type: "function", Function: wireToolFunction{Name: "search"}}}, ToolChoice: toolChoice("required")}, msgs[:1]},
-		{"tool choice named", wireRequest{Model: "m", Tools: []wireTool{{Type: "function", Function: wireToolFunction{Name: "search"}}}, ToolChoice: toolChoice("search")}, msgs[:1]},
+		{"user", Config{}, Request{Messages: []schemas.Message{{Role: "user", Content: "a<b> & \"c\""}}},
+			`{"model":"m","messages":[{"role":"user","content":"a\u003cb\u003e \u0026 \"c\""}]}`},
+		{"empty content is sent", Config{}, Request{Messages: []schemas.Message{{Role: "system"}, {Role: "assistant"}}},
+			`{"model":"m","messages":[{"role":"system","content":""},{"role":"assistant","content":""}]}`},
+		{"assistant calling tools has no content", Config{}, Request{Messages: []schemas.Message{
+			{Role: "assistant", Reasoning: "think", ToolCalls: []schemas.ToolCall{{ID: "c1", Name: "search", Arguments: `{"q":"x"}`}}},
+			{Role: "tool", Name: "search", ToolCallID: "c1", Content: "r"},
+			{Role: "assistant", Content: "a", Reasoning: "r"}}},
+			`{"model":"m","messages":[` +
+				`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"search","arguments":"{\"q\":\"x\"}"}}],"reasoning_content":"think","reasoning":"think"},` +
+				`{"role":"tool","content":"r","name":"search","tool_call_id":"c1"},` +
+				`{"role":"assistant","content":"a","reasoning_content":"r","reasoning":"r"}]}`},
+		{"tools and a mode", Config{}, Request{Messages: []schemas.Message{{Role: "user"}},
+			Tools: []Tool{{Name: "search", Description: "d", Parameters: map[string]any{"type": "object"}}}, ToolChoice: "required"},
+			`{"model":"m","messages":[{"role":"user","content":""}],"tools":[{"type":"function","function":{"name":"search","description":"d","parameters":{"type":"object"}}}],"tool_choice":"required"}`},
+		{"a named tool", Config{}, Request{Messages: []schemas.Message{{Role: "user"}}, Tools: []Tool{{Name: "search"}}, ToolChoice: "search"},
+			`{"model":"m","messages":[{"role":"user","content":""}],"tools":[{"type":"function","function":{"name":"search"}}],"tool_choice":{"function":{"name":"search"},"type":"function"}}`},
+		{"tool choice without tools is not sent", Config{}, Request{Messages: []schemas.Message{{Role: "user"}}, ToolChoice: "auto"},
+			`{"model":"m","messages":[{"role":"user","content":""}]}`},
+		{"zero sampling values are sent", Config{Sampling: Sampling{Temperature: &temp, TopK: &zero, MaxTokens: &zero64, Stop: []string{"</a>"}}},
+			Request{Messages: []schemas.Message{{Role: "user"}}, Seed: &zero64},
+			`{"model":"m","messages":[{"role":"user","content":""}],"temperature":0,"top_k":0,"max_tokens":0,"seed":0,"stop":["\u003c/a\u003e"]}`},
+		{"extras after the fields, in key order", Config{Extra: map[string]any{"min_p": 0.1, "chat_template_kwargs": map[string]any{"enable_thinking": false}}},
+			Request{Messages: []schemas.Message{{Role: "user"}}, Extra: map[string]any{"min_p": 0.2}},
+			`{"model":"m","messages":[{"role":"user","content":""}],"chat_template_kwargs":{"enable_thinking":false},"min_p":0.2}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			want, err := marshalWire(tc.w, tc.msgs)
+			cfg := tc.cfg
+			cfg.Endpoints, cfg.Model = []string{"http://127.0.0.1:1/v1"}, "m"
+			c, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := appendRequest(nil, &tc.w, tc.msgs)
+			got, err := c.build(tc.req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("appendRequest:\n%s\nencoding/json:\n%s", got, want)
+			if string(got) != tc.want {
+				t.Errorf("body\n%s\nwant\n%s", got, tc.want)
+			}
+			if !json.Valid(got) {
+				t.Errorf("body is not JSON: %s", got)
 			}
 		})
 	}
 }
 
-func TestAppendRequestErrors(t *testing.T) {
-	cases := []struct {
-		name string
-		w    wireRequest
-		msgs []schemas.Message
-	}{
-		{"unknown role", wireRequest{Model: "m"}, []schemas.Message{{Role: "user"}, {Role: "robot"}}},
-		{"tool without id", wireRequest{Model: "m"}, []schemas.Message{{Role: "tool", Content: "x"}}},
-		{"user with tool calls", wireRequest{Model: "m"}, []schemas.Message{{Role: "user", ToolCalls: []schemas.ToolCall{{Name: "x"}}}}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, want := marshalWire(tc.w, tc.msgs)
-			_, got := appendRequest(nil, &tc.w, tc.msgs)
-			if want == nil || got == nil || got.Error() != want.Error() {
-				t.Errorf("error %v, want %v", got, want)
-			}
-		})
-	}
+func TestRequestBodyErrors(t *testing.T) {
 	nan := math.NaN()
-	if _, err := appendRequest(nil, &wireRequest{Model: "m", Temperature: &nan}, []schemas.Message{{Role: "user"}}); err != errNotFinite {
-		t.Errorf("NaN temperature: %v", err)
+	cases := []struct {
+		name string
+		cfg  Config
+		msgs []schemas.Message
+		want string
+	}{
+		{"unknown role", Config{}, []schemas.Message{{Role: "user"}, {Role: "robot"}}, `message 1: unknown role "robot"`},
+		{"tool without id", Config{}, []schemas.Message{{Role: "tool", Content: "x"}}, "message 0: tool message without tool_call_id"},
+		{"user with tool calls", Config{}, []schemas.Message{{Role: "user", ToolCalls: []schemas.ToolCall{{Name: "x"}}}}, "message 0: role user cannot carry tool calls"},
+		{"NaN temperature", Config{Sampling: Sampling{Temperature: &nan}}, []schemas.Message{{Role: "user"}}, "unsupported value: NaN"},
 	}
-}
-
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "a<b>&c", "\x00\xff", "\u2028", "é", allBytes()} {
-		f.Add(s)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Endpoints, cfg.Model = []string{"http://127.0.0.1:1/v1"}, "m"
+			c, err := New(cfg)
+			if err != nil {
+				// Config validation may refuse it first: that is as good.
+				if !strings.Contains(err.Error(), "NaN") && !strings.Contains(err.Error(), "temperature") {
+					t.Fatal(err)
+				}
+				return
+			}
+			_, err = c.build(Request{Messages: tc.msgs})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
-			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
-		}
-	})
 }

@@ -1,7 +1,6 @@
 package localserve
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -9,88 +8,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/whalerun/whale/models/local"
+	"github.com/whalerun/whale/models/openai"
 	"github.com/whalerun/whale/schemas"
 )
-
-type wireMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	Name       string          `json:"name,omitempty"`
-	ToolCallID string          `json:"tool_call_id,omitempty"`
-	ToolCalls  []struct {
-		ID       string `json:"id"`
-		Function struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls,omitempty"`
-}
-
-type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []wireMessage   `json:"messages"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	TopK                *int            `json:"top_k"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	Seed                *int64          `json:"seed"`
-	Stop                json.RawMessage `json:"stop"`
-	Stream              bool            `json:"stream"`
-	N                   *int            `json:"n"`
-	// Tools is nil when "tools" is absent or null.
-	Tools      []wireTool      `json:"tools"`
-	ToolChoice json.RawMessage `json:"tool_choice"`
-}
-
-type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   usage        `json:"usage"`
-}
-
-type chatChoice struct {
-	Index   int `json:"index"`
-	Message struct {
-		Role string `json:"role"`
-		// Content is null when the reply is only tool calls (vLLM's
-		// hermes parser under tool_choice "auto").
-		Content   *string       `json:"content"`
-		ToolCalls []outToolCall `json:"tool_calls"` // [] when none, as vLLM sends
-	} `json:"message"`
-	FinishReason string `json:"finish_reason"`
-	// StopReason is the stop string that ended the reply, null otherwise
-	// (vLLM's field; the end token is not a stop string).
-	StopReason *string `json:"stop_reason"`
-}
-
-type outToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"` // JSON text
-	} `json:"function"`
-}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
 
 // apiError writes an OpenAI-style error body.
 func apiError(w http.ResponseWriter, status int, typ, format string, args ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": fmt.Sprintf(format, args...), "type": typ, "code": status}})
+	json.NewEncoder(w).Encode(openai.ErrorResponse{Error: openai.ErrorBody{Message: fmt.Sprintf(format, args...), Type: typ, Code: status}})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -115,7 +46,7 @@ func decodeBody(r *http.Request, v any) error {
 // --- chat ---
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
+	var req openai.ChatRequest
 	if err := decodeBody(r, &req); err != nil {
 		apiError(w, http.StatusBadRequest, "BadRequestError", "%v", err)
 		return
@@ -175,34 +106,36 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 // reply turns a generation into the chat.completion body: stop strings
 // first, then (when the request offered tools) tool calls, as vLLM
 // applies its stop checker before its tool parser.
-func (s *Server) reply(sv *served, j *job, g local.Generation) chatResponse {
+func (s *Server) reply(sv *served, j *job, g local.Generation) openai.ChatCompletion {
 	text, reason, completion := g.Text, g.FinishReason, g.CompletionTokens
-	var stopReason *string
+	stopReason := ""
 	if cut, ok := cutStop(text, j.stop); ok {
-		st := text[cut.at : cut.at+cut.n]
-		text, reason, completion, stopReason = text[:cut.at], "stop", cut.at+cut.n, &st
+		text, reason, completion, stopReason = text[:cut.at], "stop", cut.at+cut.n, text[cut.at:cut.at+cut.n]
 	}
 	if j.tools.choice == choiceNamed {
 		// One call of the named tool, as vLLM's named function calling
 		// returns: the reply ends with the first </tool_call>.
 		if i := strings.Index(text, local.ToolCallClose); i >= 0 {
 			n := i + len(local.ToolCallClose)
-			text, reason, completion, stopReason = text[:n], "stop", n, nil
+			text, reason, completion, stopReason = text[:n], "stop", n, ""
 		}
 	}
 	text = j.prefill + text
-	resp := chatResponse{
+	prompt, done := int64(g.PromptTokens), int64(completion)
+	resp := openai.ChatCompletion{
 		ID:      fmt.Sprintf("chatcmpl-%d", s.ids.Add(1)),
 		Object:  "chat.completion",
 		Created: time.Now().Unix(),
 		Model:   sv.name,
-		Choices: []chatChoice{{FinishReason: reason, StopReason: stopReason}},
-		Usage:   usage{PromptTokens: g.PromptTokens, CompletionTokens: completion, TotalTokens: g.PromptTokens + completion},
+		// stop_reason is the stop string that ended the reply, null
+		// otherwise: the end token is not a stop string.
+		Choices: []openai.Choice{{FinishReason: reason, StopReason: openai.StopReasonOf(stopReason)}},
+		Usage:   &openai.Usage{PromptTokens: prompt, CompletionTokens: done, TotalTokens: prompt + done},
 	}
 	msg := &resp.Choices[0].Message
 	msg.Role = "assistant"
-	msg.Content = &text
-	msg.ToolCalls = []outToolCall{}
+	msg.Content = (*openai.Content)(&text)
+	msg.ToolCalls = []openai.ToolCall{}
 	if !j.tools.parse() {
 		return resp
 	}
@@ -214,10 +147,8 @@ func (s *Server) reply(sv *served, j *job, g local.Generation) chatResponse {
 		return resp // hermes: a block that does not parse leaves the text as content
 	}
 	for _, c := range calls {
-		var oc outToolCall
-		oc.ID, oc.Type = c.ID, "function"
-		oc.Function.Name, oc.Function.Arguments = c.Name, c.Arguments
-		msg.ToolCalls = append(msg.ToolCalls, oc)
+		msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: c.ID, Type: "function",
+			Function: openai.FunctionCall{Name: c.Name, Arguments: openai.Arguments(c.Arguments)}})
 	}
 	switch j.tools.choice {
 	case choiceAuto:
@@ -225,18 +156,18 @@ func (s *Server) reply(sv *served, j *job, g local.Generation) chatResponse {
 		// and finish_reason "tool_calls" whatever ended the decoding.
 		msg.Content = nil
 		if content != "" {
-			msg.Content = &content
+			msg.Content = (*openai.Content)(&content)
 		}
 		resp.Choices[0].FinishReason = "tool_calls"
 	case choiceRequired:
-		msg.Content = &content
+		msg.Content = (*openai.Content)(&content)
 		if reason == "stop" {
 			resp.Choices[0].FinishReason = "tool_calls"
 		}
 	case choiceNamed:
 		// vLLM (and OpenAI): "" content and the decoder's finish reason,
 		// "stop", for a named call.
-		msg.Content = &content
+		msg.Content = (*openai.Content)(&content)
 	}
 	return resp
 }
@@ -260,86 +191,22 @@ func cutStop(text string, stops []string) (stopCut, bool) {
 	return best, ok
 }
 
-func toMessages(in []wireMessage) ([]schemas.Message, error) {
+func toMessages(in []openai.Message) ([]schemas.Message, error) {
 	if len(in) == 0 {
 		return nil, errors.New("messages is empty")
 	}
 	out := make([]schemas.Message, len(in))
 	for i, m := range in {
-		text, err := contentText(m.Content)
-		if err != nil {
-			return nil, fmt.Errorf("messages[%d].content: %w", i, err)
-		}
-		sm := schemas.Message{Role: m.Role, Content: text, Name: m.Name, ToolCallID: m.ToolCallID}
+		sm := schemas.Message{Role: m.Role, Content: m.Content.String(), Name: m.Name, ToolCallID: m.ToolCallID}
 		for _, tc := range m.ToolCalls {
-			args := string(tc.Function.Arguments)
-			// Arguments are JSON text in a string; a server may also get
-			// them as an object.
-			var str string
-			if json.Unmarshal(tc.Function.Arguments, &str) == nil {
-				args = str
-			}
-			sm.ToolCalls = append(sm.ToolCalls, schemas.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: args})
+			sm.ToolCalls = append(sm.ToolCalls, schemas.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(tc.Function.Arguments)})
 		}
 		out[i] = sm
 	}
 	return out, nil
 }
 
-// contentText accepts a string, null, or a list of parts of which the text
-// ones are concatenated.
-func contentText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	if raw[0] == '"' {
-		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, err
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("want a string or a list of text parts")
-	}
-	var b strings.Builder
-	for i, p := range parts {
-		if p.Type != "text" {
-			return "", fmt.Errorf("part %d has type %q; the local model reads text only", i, p.Type)
-		}
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
-}
-
-func parseStop(raw json.RawMessage) ([]string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		if one == "" {
-			return nil, errors.New("stop cannot contain an empty string.")
-		}
-		return []string{one}, nil
-	}
-	var many []string
-	if err := json.Unmarshal(raw, &many); err != nil {
-		return nil, errors.New("stop: want a string or a list of strings")
-	}
-	for _, st := range many {
-		if st == "" {
-			return nil, errors.New("stop cannot contain an empty string.")
-		}
-	}
-	return many, nil
-}
-
-func (s *Server) makeJob(sv *served, msgs []schemas.Message, req *chatRequest) (*job, error) {
+func (s *Server) makeJob(sv *served, msgs []schemas.Message, req *openai.ChatRequest) (*job, error) {
 	tools, err := parseToolSpec(req.Tools, req.Tools != nil, req.ToolChoice)
 	if err != nil {
 		return nil, err
@@ -382,9 +249,9 @@ func (s *Server) makeJob(sv *served, msgs []schemas.Message, req *chatRequest) (
 		rand.Read(b[:])
 		o.Seed = binary.LittleEndian.Uint64(b[:])
 	}
-	stop, err := parseStop(req.Stop)
-	if err != nil {
-		return nil, err
+	stop := []string(req.Stop)
+	if slices.Contains(stop, "") {
+		return nil, errors.New("stop cannot contain an empty string.")
 	}
 	if len(ids) >= ctxLen {
 		if s.opts.NoTruncate {

@@ -10,18 +10,9 @@ import (
 	"strings"
 
 	"github.com/whalerun/whale/models/local"
+	"github.com/whalerun/whale/models/openai"
 	"github.com/whalerun/whale/schemas"
 )
-
-// wireTool is one entry of the request's "tools".
-type wireTool struct {
-	Type     *string `json:"type"`
-	Function *struct {
-		Name        string          `json:"name"`
-		Description *string         `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	} `json:"function"`
-}
 
 // Tool choice modes, as vLLM names them.
 const (
@@ -64,11 +55,11 @@ func (t toolSpec) prefill() string {
 // "auto" or "required", an object choice names one of the tools, and
 // "required" with an empty list of tools acts as "none". Without
 // tool_choice the choice is "auto" when there are tools, else "none".
-func parseToolSpec(rawTools []wireTool, toolsSet bool, rawChoice json.RawMessage) (toolSpec, error) {
+func parseToolSpec(rawTools []openai.Tool, toolsSet bool, rawChoice json.RawMessage) (toolSpec, error) {
 	var spec toolSpec
 	for i, t := range rawTools {
-		if t.Type != nil && *t.Type != "function" {
-			return spec, fmt.Errorf("tools[%d].type %q: only \"function\" tools are supported", i, *t.Type)
+		if t.Type != "" && t.Type != "function" {
+			return spec, fmt.Errorf("tools[%d].type %q: only \"function\" tools are supported", i, t.Type)
 		}
 		if t.Function == nil {
 			return spec, fmt.Errorf("tools[%d]: field `function` is required", i)
@@ -80,11 +71,7 @@ func parseToolSpec(rawTools []wireTool, toolsSet bool, rawChoice json.RawMessage
 		if len(p) > 0 && string(p) != "null" && p[0] != '{' {
 			return spec, fmt.Errorf("tools[%d].function.parameters: want a JSON object", i)
 		}
-		lt := local.Tool{Name: t.Function.Name, Parameters: p}
-		if t.Function.Description != nil {
-			lt.Description = *t.Function.Description
-		}
-		spec.tools = append(spec.tools, lt)
+		spec.tools = append(spec.tools, local.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: p})
 	}
 	rawChoice = bytes.TrimSpace(rawChoice)
 	if len(rawChoice) == 0 || string(rawChoice) == "null" {

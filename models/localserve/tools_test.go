@@ -12,6 +12,7 @@ import (
 
 	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/models/local"
+	"github.com/whalerun/whale/models/openai"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -63,7 +64,7 @@ func TestParseToolSpec(t *testing.T) {
 			if tc.choice != "" {
 				body += `,"tool_choice":` + tc.choice
 			}
-			var req chatRequest
+			var req openai.ChatRequest
 			if err := json.Unmarshal([]byte(body+"}"), &req); err != nil {
 				t.Fatal(err)
 			}
@@ -240,10 +241,15 @@ func TestReply(t *testing.T) {
 				if c.Type != "function" || !strings.HasPrefix(c.ID, "chatcmpl-tool-") {
 					t.Errorf("call %+v", c)
 				}
-				got = append(got, call{c.Function.Name, c.Function.Arguments})
+				got = append(got, call{c.Function.Name, string(c.Function.Arguments)})
 			}
-			if !reflect.DeepEqual(ch.Message.Content, tc.content) || !reflect.DeepEqual(got, tc.calls) || ch.FinishReason != tc.finish ||
-				!reflect.DeepEqual(ch.StopReason, tc.stopReason) || resp.Usage.CompletionTokens != tc.completion {
+			var stopReason *string
+			if ch.StopReason != nil {
+				s := ch.StopString()
+				stopReason = &s
+			}
+			if !reflect.DeepEqual((*string)(ch.Message.Content), tc.content) || !reflect.DeepEqual(got, tc.calls) || ch.FinishReason != tc.finish ||
+				!reflect.DeepEqual(stopReason, tc.stopReason) || resp.Usage.CompletionTokens != int64(tc.completion) {
 				t.Errorf("reply %s\nwant content %v calls %v finish %s stop_reason %v completion %d", b, deref(tc.content), tc.calls, tc.finish, deref(tc.stopReason), tc.completion)
 			}
 			if !strings.Contains(string(b), `"tool_calls":[`) {
@@ -337,7 +343,7 @@ func TestToolsEndToEnd(t *testing.T) {
 			if status != http.StatusOK {
 				t.Fatalf("HTTP %d %s", status, text)
 			}
-			var resp chatResponse
+			var resp openai.ChatCompletion
 			if err := json.Unmarshal([]byte(text), &resp); err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whalerun/whale/models/openai"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -407,47 +408,13 @@ func hijackClose(w http.ResponseWriter, prefix []byte) {
 	_ = conn.Close()
 }
 
-type wireToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-type wireMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	Name       string          `json:"name"`
-	ToolCallID string          `json:"tool_call_id"`
-	ToolCalls  []wireToolCall  `json:"tool_calls"`
-	// Reasoning given back on an earlier assistant turn: whale sends
-	// reasoning_content, newer vLLM clients reasoning.
-	ReasoningContent string `json:"reasoning_content"`
-	Reasoning        string `json:"reasoning"`
-}
-
-type wireTool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name        string         `json:"name"`
-		Description string         `json:"description"`
-		Parameters  map[string]any `json:"parameters"`
-	} `json:"function"`
-}
-
 // decode fills the decoded views of req.Raw; an error means the body is
 // not a chat completion request (the server then answers 400).
 func decode(req *Request) error {
 	if err := json.Unmarshal(req.Raw, &req.Body); err != nil {
 		return fmt.Errorf("body is not a JSON object: %v", err)
 	}
-	var v struct {
-		Model    string        `json:"model"`
-		Messages []wireMessage `json:"messages"`
-		Tools    []wireTool    `json:"tools"`
-	}
+	var v openai.ChatRequest
 	if err := json.Unmarshal(req.Raw, &v); err != nil {
 		return fmt.Errorf("body: %v", err)
 	}
@@ -455,47 +422,29 @@ func decode(req *Request) error {
 		return fmt.Errorf("messages: at least one is required")
 	}
 	req.Model = v.Model
-	for i, m := range v.Messages {
-		content, err := contentText(m.Content)
-		if err != nil {
-			return fmt.Errorf("messages[%d].content: %v", i, err)
-		}
-		msg := Message{Role: m.Role, Content: content, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.ReasoningContent}
+	for _, m := range v.Messages {
+		msg := Message{Role: m.Role, Content: m.Content.String(), Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.ReasoningContent}
 		if msg.Reasoning == "" {
 			msg.Reasoning = m.Reasoning
 		}
 		for _, tc := range m.ToolCalls {
-			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(tc.Function.Arguments)})
 		}
 		req.Messages = append(req.Messages, msg)
 	}
-	for _, t := range v.Tools {
-		req.Tools = append(req.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
+	for i, t := range v.Tools {
+		if t.Function == nil {
+			return fmt.Errorf("tools[%d]: no function", i)
+		}
+		tool := Tool{Name: t.Function.Name, Description: t.Function.Description}
+		if len(t.Function.Parameters) > 0 {
+			if err := json.Unmarshal(t.Function.Parameters, &tool.Parameters); err != nil {
+				return fmt.Errorf("tools[%d].function.parameters: %v", i, err)
+			}
+		}
+		req.Tools = append(req.Tools, tool)
 	}
 	return nil
-}
-
-// contentText accepts a string, null, or an array of text parts.
-func contentText(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
 }
 
 // completion renders a chat.completion body for rep.
@@ -504,34 +453,23 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 	if model == "" {
 		model = req.Model
 	}
-	msg := map[string]any{"role": "assistant", "content": rep.Content, "tool_calls": []any{}}
+	content := openai.Content(rep.Content)
+	msg := openai.ReplyMessage{Role: "assistant", Content: &content, ToolCalls: []openai.ToolCall{}}
 	calls := len(rep.ToolCalls) > 0 || rep.RawToolCalls != ""
-	switch {
-	case rep.RawToolCalls != "":
-		if !json.Valid([]byte(rep.RawToolCalls)) {
-			panic(fmt.Sprintf("modeltest: Reply.RawToolCalls is not JSON: %q", rep.RawToolCalls))
-		}
-		msg["tool_calls"] = rawJSON(rep.RawToolCalls)
-	case len(rep.ToolCalls) > 0:
-		list := make([]map[string]any, len(rep.ToolCalls))
-		for i, tc := range rep.ToolCalls {
-			list[i] = map[string]any{"type": "function",
-				"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
-			if tc.ID != "" {
-				list[i]["id"] = tc.ID
-			}
-		}
-		msg["tool_calls"] = list
+	for _, tc := range rep.ToolCalls {
+		msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: tc.ID, Type: "function",
+			Function: openai.FunctionCall{Name: tc.Name, Arguments: openai.Arguments(tc.Arguments)}})
 	}
 	if calls && rep.Content == "" {
-		msg["content"] = nil // what vLLM sends with tool calls
+		msg.Content = nil // what vLLM sends with tool calls
 	}
-	if rep.Reasoning != "" {
-		key := rep.ReasoningField
-		if key == "" {
-			key = "reasoning_content"
-		}
-		msg[key] = rep.Reasoning
+	switch rep.ReasoningField {
+	case "", "reasoning_content":
+		msg.ReasoningContent = rep.Reasoning
+	case "reasoning":
+		msg.Reasoning = rep.Reasoning
+	default:
+		panic(fmt.Sprintf("modeltest: Reply.ReasoningField %q: want reasoning_content or reasoning", rep.ReasoningField))
 	}
 	finish := rep.FinishReason
 	if finish == "" {
@@ -540,23 +478,21 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 			finish = "tool_calls"
 		}
 	}
-	choices := []map[string]any{}
+	body := openai.ChatCompletion{
+		ID:             "chatcmpl-modeltest-" + strconv.Itoa(req.Call),
+		Object:         "chat.completion",
+		Created:        1700000000 + int64(req.Call),
+		Model:          model,
+		Choices:        []openai.Choice{},
+		PromptTokenIDs: int32s(rep.PromptTokenIDs),
+	}
 	if withChoice {
-		choice := map[string]any{"index": 0, "message": msg, "finish_reason": finish, "stop_reason": rep.StopReason, "logprobs": nil}
-		if rep.TokenIDs != nil {
-			choice["token_ids"] = rep.TokenIDs
+		stop, err := json.Marshal(rep.StopReason)
+		if err != nil {
+			panic(fmt.Sprintf("modeltest: Reply.StopReason %v: %v", rep.StopReason, err))
 		}
-		choices = append(choices, choice)
-	}
-	body := map[string]any{
-		"id":      "chatcmpl-modeltest-" + strconv.Itoa(req.Call),
-		"object":  "chat.completion",
-		"created": 1700000000 + int64(req.Call),
-		"model":   model,
-		"choices": choices,
-	}
-	if rep.PromptTokenIDs != nil {
-		body["prompt_token_ids"] = rep.PromptTokenIDs
+		body.Choices = append(body.Choices, openai.Choice{Message: msg, FinishReason: finish, StopReason: stop,
+			TokenIDs: int32s(rep.TokenIDs), Logprobs: json.RawMessage("null")})
 	}
 	if !rep.NoUsage {
 		pt, ct := rep.PromptTokens, rep.CompletionTokens
@@ -566,19 +502,46 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 			}
 			ct = int64(len(strings.Fields(rep.Content)))
 		}
-		body["usage"] = map[string]any{"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
+		body.Usage = &openai.Usage{PromptTokens: pt, CompletionTokens: ct, TotalTokens: pt + ct}
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		panic(err) // only plain maps, strings and rawJSON: cannot fail
+		panic(err)
+	}
+	if rep.RawToolCalls != "" && withChoice {
+		b = withRawToolCalls(b, rep.RawToolCalls)
 	}
 	return b
 }
 
-// rawJSON is JSON text written into a body as is (compacted).
-type rawJSON string
+// withRawToolCalls puts raw in place of the first choice's
+// message.tool_calls of the body b: shapes no openai.ToolCall can take.
+func withRawToolCalls(b []byte, raw string) []byte {
+	if !json.Valid([]byte(raw)) {
+		panic(fmt.Sprintf("modeltest: Reply.RawToolCalls is not JSON: %q", raw))
+	}
+	var body map[string]any
+	if err := json.Unmarshal(b, &body); err != nil {
+		panic(err)
+	}
+	body["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["tool_calls"] = json.RawMessage(raw)
+	b, err := json.Marshal(body)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
 
-func (r rawJSON) MarshalJSON() ([]byte, error) { return []byte(r), nil }
+func int32s(ids []int) []int32 {
+	if ids == nil {
+		return nil
+	}
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
+}
 
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
@@ -594,5 +557,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError answers in OpenAI's error shape.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": http.StatusText(status), "code": status}})
+	writeJSON(w, status, openai.ErrorResponse{Error: openai.ErrorBody{Message: msg, Type: http.StatusText(status), Code: status}})
 }

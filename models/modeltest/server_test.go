@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -279,8 +280,16 @@ func TestReplyShapes(t *testing.T) {
 			if err := json.Unmarshal(data, &c); err != nil || len(c.Choices) != 1 {
 				t.Fatalf("body %s: %v", data, err)
 			}
-			if got := string(c.Choices[0]); got != tc.want {
-				t.Errorf("choice\n%s\nwant\n%s", got, tc.want)
+			// Compared as JSON values: key order is not part of the shape.
+			var got, want any
+			if err := json.Unmarshal(c.Choices[0], &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(tc.want), &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("choice\n%s\nwant\n%s", c.Choices[0], tc.want)
 			}
 		})
 	}
