@@ -327,7 +327,7 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 			Domain:       e.Domain,
 			AgentCommand: h.Agent.Command,
 		}
-		if h.Proposer == spec.ProposerLLM {
+		if propose.UsesLLM(h.Proposer) {
 			cfg.LLM = propose.LLMConfig{Model: h.LLM.Name, Temperature: &h.LLM.Temperature, MaxTokens: h.LLM.MaxTokens}
 		}
 		spc.Config = cfg

@@ -18,6 +18,7 @@ import (
 	"github.com/whalerun/whale/models/localserve"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/stages/finetune"
+	"github.com/whalerun/whale/stages/propose"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -28,7 +29,8 @@ import (
 type Runtime struct {
 	Domain episode.Domain
 	Model  episode.Chatter
-	// Proposer answers the llm proposer; nil unless harness.proposer is llm.
+	// Proposer is the chat model of a proposer that asks one (llm, see
+	// propose.UsesLLM), from harness.llm; nil for the others.
 	Proposer episode.Chatter
 	// ModelEndpoints, when set, replace model.endpoints as the servers the
 	// finetune stage hands new checkpoints to: NewRuntime sets it to the
@@ -132,7 +134,7 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 	default:
 		return nil, fmt.Errorf("model.provider %s: not available in this build of whale", exp.Model.Provider)
 	}
-	if exp.HasHarnessPhases() && exp.Harness.Proposer == spec.ProposerLLM {
+	if exp.HasHarnessPhases() && propose.UsesLLM(exp.Harness.Proposer) {
 		p := exp.Harness.LLM
 		c, err := models.New(models.Config{
 			Endpoints: p.Endpoints, Model: p.Name, APIKeyEnv: p.APIKeyEnv, Logger: log,

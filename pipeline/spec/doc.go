@@ -13,6 +13,10 @@
 //     of the canonical JSON of the normalized spec: compact, object keys sorted,
 //     so the digest does not depend on the key order or formatting of the YAML.
 //     DecodeRun verifies that digest when run.json is read back.
+//   - The names of harness.proposer and finetune.backend are those of the
+//     stages' tables, propose.Backends() and finetune.Backends(); the checks of
+//     a backend's own settings are one entry of proposerChecks or
+//     finetuneChecks (validate.go), for a backend that has any.
 //   - Diff names the field paths in which two specs differ; it is what an
 //     error about "the same run with a different spec" shows.
 //

@@ -5,11 +5,14 @@ import (
 
 	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/pipeline/schedule/schedules"
+	"github.com/whalerun/whale/stages/finetune"
+	"github.com/whalerun/whale/stages/propose"
 )
 
 // Names of the experiment file's enumerations. Domains are those of
-// domains/registry, schedules those of pipeline/schedule/schedules (the
-// Schedule names here are for callers that pick one).
+// domains/registry, schedules those of pipeline/schedule/schedules,
+// proposers those of propose.Backends() and finetune backends those of
+// finetune.Backends() (the names here are for callers that pick one).
 const (
 	ScheduleWhale       = "whale"
 	ScheduleWeightsOnly = "weights-only"
@@ -23,31 +26,29 @@ const (
 	ProviderOpenAI = "openai"
 	ProviderLocal  = "local"
 
-	ProposerMutate = "mutate"
-	ProposerLLM    = "llm"
-	ProposerAgent  = "agent"
+	ProposerMutate = propose.BackendMutate
+	ProposerLLM    = propose.BackendLLM
+	ProposerAgent  = propose.BackendAgent
 
-	FinetuneCommand = "command"
-	FinetuneLocal   = "local"
+	FinetuneCommand = finetune.BackendCommand
+	FinetuneLocal   = finetune.BackendLocal
 
 	SandboxLocal = "local"
 
 	// RetrieverIndexPrefix marks a tools.retriever that names a stored index.
 	RetrieverIndexPrefix = "index:"
 
-	OnFailureStop = "stop"
-	OnFailureSkip = "skip"
+	OnFailureStop = finetune.OnFailureStop
+	OnFailureSkip = finetune.OnFailureSkip
 
-	ReloadNone     = "none"
-	ReloadVLLMLoRA = "vllm-lora"
-	ReloadCommand  = "command"
+	ReloadNone     = finetune.ReloadNone
+	ReloadVLLMLoRA = finetune.ReloadVLLMLoRA
+	ReloadCommand  = finetune.ReloadCommand
 )
 
 var (
 	Switches  = []string{SwitchFixed, SwitchPatience}
 	Providers = []string{ProviderOpenAI, ProviderLocal}
-	Proposers = []string{ProposerMutate, ProposerLLM, ProposerAgent}
-	Finetunes = []string{FinetuneCommand, FinetuneLocal}
 	Reloads   = []string{ReloadNone, ReloadVLLMLoRA, ReloadCommand}
 )
 
@@ -183,7 +184,8 @@ type Harness struct {
 	SearchSetSize          int    `yaml:"search_set_size" json:"search_set_size"`
 	// SamplesPerCandidate is the rollouts per candidate–example pair.
 	SamplesPerCandidate int `yaml:"samples_per_candidate" json:"samples_per_candidate"`
-	// Proposer is mutate, llm or agent; default agent, mutate for demo.
+	// Proposer is a name of propose.Backends(): mutate, llm or agent;
+	// default agent, mutate for demo.
 	Proposer string `yaml:"proposer" json:"proposer"`
 	// PromptOnly restricts edits to the prompts; always true for fst.
 	PromptOnly bool          `yaml:"prompt_only" json:"prompt_only"`
@@ -209,8 +211,9 @@ type LLMProposer struct {
 // Finetune says how a weight step trains and how inference picks up the
 // new weights.
 type Finetune struct {
-	// Backend is command (an external trainer) or local (the built-in
-	// model); default local when the model provider is local.
+	// Backend is a name of finetune.Backends(): command (an external
+	// trainer) or local (the built-in model); default local when the model
+	// provider is local.
 	Backend string `yaml:"backend" json:"backend"`
 	// Command is run with /bin/sh -c; the SFT table, base checkpoint and
 	// output directory are passed in the environment.

@@ -11,6 +11,8 @@ import (
 	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/pipeline/schedule/schedules"
+	"github.com/whalerun/whale/stages/finetune"
+	"github.com/whalerun/whale/stages/propose"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -279,30 +281,25 @@ func nonFinite(v any, path string) string {
 	return ""
 }
 
+// finetuneChecks check the settings of each finetune backend that has
+// any, by name; every name is one of finetune.Backends(). Adding a
+// backend there adds its checks here, if it has settings.
+var finetuneChecks = map[string]func(*Experiment, *checker){
+	FinetuneCommand: (*Experiment).validateFinetuneCommand,
+	FinetuneLocal:   (*Experiment).validateFinetuneLocal,
+}
+
 func (e *Experiment) validateFinetune(c *checker) {
 	f := e.Finetune
-	c.oneOf("finetune.backend", f.Backend, Finetunes)
-	switch f.Backend {
-	case FinetuneCommand:
-		c.required("finetune.command", f.Command, "the trainer command for backend command")
-		if e.Model.Provider == ProviderLocal {
-			c.add("finetune.backend", "must be local when model.provider is local (the built-in model trains in-process)")
-		}
-	case FinetuneLocal:
-		if e.Model.Provider != ProviderLocal {
-			c.add("finetune.backend", "local trains only the built-in model; model.provider is %q (use backend command)", e.Model.Provider)
-		}
+	c.oneOf("finetune.backend", f.Backend, finetune.Backends())
+	if check := finetuneChecks[f.Backend]; check != nil {
+		check(e, c)
 	}
-	if f.Reload == "" && f.Backend == FinetuneCommand {
-		c.add("finetune.reload", "required for backend command: vllm-lora (load LoRA adapters), command (run reload_command) or none (the trainer command makes the server use the new weights itself)")
-	} else if f.Reload != "" {
+	if f.Reload != "" {
 		c.oneOf("finetune.reload", f.Reload, Reloads)
 	}
 	if f.Reload == ReloadCommand {
 		c.required("finetune.reload_command", f.ReloadCommand, "the command that makes the inference server load the new checkpoint")
-	}
-	if f.Reload == ReloadVLLMLoRA && !e.RSFT.LoRA && f.Backend != FinetuneLocal {
-		c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true or choose command or none")
 	}
 	c.oneOf("finetune.on_failure", f.OnFailure, []string{OnFailureStop, OnFailureSkip})
 	if (f.Srun || len(f.SrunArgs) > 0) && f.Backend != FinetuneCommand {
@@ -315,33 +312,74 @@ func (e *Experiment) validateFinetune(c *checker) {
 	}
 }
 
+// validateFinetuneCommand checks the command backend: an external
+// trainer of a served model, whose new weights the server is told about.
+func (e *Experiment) validateFinetuneCommand(c *checker) {
+	f := e.Finetune
+	c.required("finetune.command", f.Command, "the trainer command for backend command")
+	if e.Model.Provider == ProviderLocal {
+		c.add("finetune.backend", "must be local when model.provider is local (the built-in model trains in-process)")
+	}
+	if f.Reload == "" {
+		c.add("finetune.reload", "required for backend command: vllm-lora (load LoRA adapters), command (run reload_command) or none (the trainer command makes the server use the new weights itself)")
+	}
+	if f.Reload == ReloadVLLMLoRA && !e.RSFT.LoRA {
+		c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true or choose command or none")
+	}
+}
+
+// validateFinetuneLocal checks the local backend: it trains the built-in
+// model, whose server loads any checkpoint as vllm-lora loads adapters.
+func (e *Experiment) validateFinetuneLocal(c *checker) {
+	if e.Model.Provider != ProviderLocal {
+		c.add("finetune.backend", "local trains only the built-in model; model.provider is %q (use backend command)", e.Model.Provider)
+	}
+}
+
+// proposerChecks check the settings of each proposer that has any, by
+// name; every name is one of propose.Backends(). Adding a proposer there
+// adds its checks here, if it has settings.
+var proposerChecks = map[string]func(*Experiment, *checker){
+	ProposerAgent: (*Experiment).validateAgentProposer,
+	ProposerLLM:   (*Experiment).validateLLMProposer,
+}
+
 func (e *Experiment) validateHarness(c *checker) {
 	h := e.Harness
 	c.required("harness.initial", h.Initial, `the starting harness, e.g. "h0"`)
 	c.atLeast("harness.candidates_per_iteration", int64(h.CandidatesPerIteration), 1)
 	c.atLeast("harness.search_set_size", int64(h.SearchSetSize), 1)
 	c.atLeast("harness.samples_per_candidate", int64(h.SamplesPerCandidate), 1)
-	c.oneOf("harness.proposer", h.Proposer, Proposers)
-	switch h.Proposer {
-	case ProposerAgent:
-		c.required("harness.agent.command", h.Agent.Command, "the coding-agent command for proposer agent")
-	case ProposerLLM:
-		c.required("harness.llm.name", h.LLM.Name, "the proposer model name for proposer llm")
-		if len(h.LLM.Endpoints) == 0 {
-			c.add("harness.llm.endpoints", "required: at least one OpenAI-compatible base URL for proposer llm")
-		}
-		for i, ep := range h.LLM.Endpoints {
-			c.endpoint(fmt.Sprintf("harness.llm.endpoints[%d]", i), ep)
-		}
-		c.apiKeyEnv("harness.llm.api_key_env", h.LLM.APIKeyEnv)
-		if math.IsNaN(h.LLM.Temperature) || math.IsInf(h.LLM.Temperature, 0) || h.LLM.Temperature < 0 {
-			c.add("harness.llm.temperature", "must be a number >= 0, got %v", h.LLM.Temperature)
-		}
-		c.atLeast("harness.llm.max_tokens", int64(h.LLM.MaxTokens), 1)
+	c.oneOf("harness.proposer", h.Proposer, propose.Backends())
+	if check := proposerChecks[h.Proposer]; check != nil {
+		check(e, c)
 	}
 	if s, _ := schedules.Get(e.Schedule); s.PromptOnly && !h.PromptOnly {
 		c.add("harness.prompt_only", "must be true for schedule %s", e.Schedule)
 	}
+}
+
+// validateAgentProposer checks the agent proposer's settings.
+func (e *Experiment) validateAgentProposer(c *checker) {
+	c.required("harness.agent.command", e.Harness.Agent.Command, "the coding-agent command for proposer agent")
+}
+
+// validateLLMProposer checks the llm proposer's settings: the model the
+// pipeline opens a client of (see propose.UsesLLM).
+func (e *Experiment) validateLLMProposer(c *checker) {
+	p := e.Harness.LLM
+	c.required("harness.llm.name", p.Name, "the proposer model name for proposer llm")
+	if len(p.Endpoints) == 0 {
+		c.add("harness.llm.endpoints", "required: at least one OpenAI-compatible base URL for proposer llm")
+	}
+	for i, ep := range p.Endpoints {
+		c.endpoint(fmt.Sprintf("harness.llm.endpoints[%d]", i), ep)
+	}
+	c.apiKeyEnv("harness.llm.api_key_env", p.APIKeyEnv)
+	if math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0) || p.Temperature < 0 {
+		c.add("harness.llm.temperature", "must be a number >= 0, got %v", p.Temperature)
+	}
+	c.atLeast("harness.llm.max_tokens", int64(p.MaxTokens), 1)
 }
 
 func (e *Experiment) validateBudget(c *checker, weights bool) {

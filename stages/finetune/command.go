@@ -21,6 +21,34 @@ const tailLines = 20
 // a newline is cut, not buffered.
 const maxLine = 64 << 10
 
+// checkCommand checks the command backend's settings.
+func (c Config) checkCommand() []error {
+	if strings.TrimSpace(c.Command) == "" {
+		return []error{errors.New("command is empty: give the trainer to run, e.g. `python3 jobs/trainers/train_sft.py`")}
+	}
+	return nil
+}
+
+// trainCommand is the command backend: it runs the trainer command with
+// the WHALE_* environment and keeps the default model id.
+func (st *Stage) trainCommand(ctx context.Context, j *job) (string, error) {
+	argv := TrainerArgv(j.cfg)
+	j.log.Info("finetune: starting trainer", "argv", argv, "examples", j.examples, "base", j.base, "output", j.outDir)
+	if err := st.runCommand(ctx, j.log, "trainer", argv, environ(j.cfg.Env, j.env)); err != nil {
+		return "", err
+	}
+	return j.modelID, nil
+}
+
+// TrainerArgv is the command line the trainer runs as.
+func TrainerArgv(cfg Config) []string {
+	sh := []string{"/bin/sh", "-c", cfg.Command}
+	if !cfg.Srun {
+		return sh
+	}
+	return append(append([]string{"srun"}, cfg.SrunArgs...), sh...)
+}
+
 // CommandError is a trainer or reload command that failed: its exit code
 // (-1 when it was killed by a signal) and its last lines of output.
 type CommandError struct {

@@ -7,13 +7,18 @@
 //     schemas.SFTExample) and, optionally, "base" (the previous finetune
 //     stage, whose checkpoint is the base; without it the base is
 //     Config.BaseCheckpoint, a hub name or path passed through untouched).
-//   - The command backend materialises the SFT table in a local work
+//   - Backends are chosen by Config.Backend from one table (backends.go; its
+//     names in order are Backends(), and "" is the first): each row is a
+//     backend's name, the check of its own settings and how it trains. For
+//     every backend the stage materialises the SFT table in a local work
 //     directory (the Parquet files as stored, and a chat-messages JSONL
-//     export that TRL, verl and SkyRL read), downloads a base checkpoint
-//     from the bucket when there is one, and runs Config.Command with
-//     /bin/sh -c (optionally under srun) with the WHALE_* environment
-//     described on Config. Its output is streamed line by line to the log;
-//     cancelling ctx kills its process group.
+//     export that TRL, verl and SkyRL read) and downloads a base checkpoint
+//     from the bucket when there is one; after training it uploads the output
+//     directory and reloads. Adding a backend is its file and one row.
+//   - The command backend runs Config.Command with /bin/sh -c (optionally
+//     under srun) with the WHALE_* environment described on Config. Its
+//     output is streamed line by line to the log; cancelling ctx kills its
+//     process group.
 //   - The local backend trains whale's built-in model (models/local) in
 //     process instead of running a command, and writes model.whalelm to the
 //     same output directory; everything after is shared (see local.go).

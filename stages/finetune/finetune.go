@@ -20,11 +20,8 @@ import (
 // Name is the stage name.
 const Name = "finetune"
 
-// Backends and reload modes.
+// Reload modes.
 const (
-	BackendCommand = "command"
-	BackendLocal   = "local"
-
 	ReloadNone     = "none"
 	ReloadVLLMLoRA = "vllm-lora"
 	ReloadCommand  = "command"
@@ -61,8 +58,9 @@ const (
 //	WHALE_LORA_ALPHA, WHALE_TRAIN_REASONING (1, or 0 with MaskReasoning),
 //	WHALE_SEED, WHALE_RUN, WHALE_POSITION, WHALE_ATTEMPT
 type Config struct {
-	// Backend is "command" (the default when empty) or "local" (whale's
-	// built-in model, trained in-process: see local.go).
+	// Backend is a name of the table of backends (see Backends): "command"
+	// (the default when empty) or "local" (whale's built-in model, trained
+	// in-process: see local.go).
 	Backend string `json:"backend"`
 	// Command is run with /bin/sh -c in whale's working directory, so that
 	// relative paths in it (jobs/trainers/train_sft.py) mean what they
@@ -127,15 +125,10 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("on_failure %q: want %q or %q", c.OnFailure, OnFailureStop, OnFailureSkip))
 	}
-	switch c.Backend {
-	case "", BackendCommand:
-	case BackendLocal:
-		errs = append(errs, c.validateLocal()...)
-	default:
-		errs = append(errs, fmt.Errorf("backend %q: want %q or %q", c.Backend, BackendCommand, BackendLocal))
-	}
-	if c.Backend != BackendLocal && strings.TrimSpace(c.Command) == "" {
-		errs = append(errs, errors.New("command is empty: give the trainer to run, e.g. `python3 jobs/trainers/train_sft.py`"))
+	if b, err := backendFor(c.Backend); err != nil {
+		errs = append(errs, err)
+	} else if b.check != nil {
+		errs = append(errs, b.check(c)...)
 	}
 	for k := range c.Env {
 		if !envKeyRE.MatchString(k) {
@@ -229,6 +222,10 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	if log == nil {
 		log = x.Log
 	}
+	b, err := backendFor(cfg.Backend)
+	if err != nil {
+		return err // Validate has said so
+	}
 	sft, err := x.Input("sft")
 	if err != nil {
 		return err
@@ -312,14 +309,8 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		"WHALE_ATTEMPT":         strconv.Itoa(x.Attempt),
 	}
 	start := time.Now()
-	if cfg.Backend == BackendLocal {
-		log.Info("finetune: training the local model", "examples", counts.Examples, "base", baseArg, "output", outDir)
-		modelID, err = trainLocal(ctx, log, x, cfg, sftDir, baseArg, outDir)
-	} else {
-		argv := TrainerArgv(cfg)
-		log.Info("finetune: starting trainer", "argv", argv, "examples", counts.Examples, "base", baseArg, "output", outDir)
-		err = st.runCommand(ctx, log, "trainer", argv, environ(cfg.Env, env))
-	}
+	modelID, err = b.train(st, ctx, &job{log: log, x: x, cfg: cfg, examples: counts.Examples,
+		sftDir: sftDir, base: baseArg, outDir: outDir, modelID: modelID, env: env})
 	secs := time.Since(start).Seconds()
 	var files []string
 	if err == nil {
@@ -385,15 +376,6 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	x.SetSummary(SumTrainerSeconds, secs)
 	x.SetSummary(SumReloaded, reloaded)
 	return nil
-}
-
-// TrainerArgv is the command line the trainer runs as.
-func TrainerArgv(cfg Config) []string {
-	sh := []string{"/bin/sh", "-c", cfg.Command}
-	if !cfg.Srun {
-		return sh
-	}
-	return append(append([]string{"srun"}, cfg.SrunArgs...), sh...)
 }
 
 func defaultModelID(cfg Config, x *stages.Exec) string {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"github.com/whalerun/whale/models/local"
 	"github.com/whalerun/whale/models/localserve"
 	"github.com/whalerun/whale/schemas"
-	"github.com/whalerun/whale/stages"
 )
 
 // The local backend trains whale's built-in model (models/local) in this
@@ -56,7 +54,8 @@ const (
 	SumLocalDropped   = "examples_dropped"
 )
 
-func (c Config) validateLocal() []error {
+// checkLocal checks the local backend's settings.
+func (c Config) checkLocal() []error {
 	var errs []error
 	if c.LoRA {
 		errs = append(errs, errors.New("lora: the local backend trains all weights; set lora false"))
@@ -76,15 +75,18 @@ func localBatchSize(cfg Config) int {
 	return DefaultLocalBatchSize
 }
 
-// trainLocal trains the base at basePath on the SFT Parquet files in
-// sftDir and saves the result in outDir; it returns the model id.
-func trainLocal(ctx context.Context, log *slog.Logger, x *stages.Exec, cfg Config, sftDir, basePath, outDir string) (string, error) {
-	m, err := localserve.LoadPath(basePath)
+// trainLocal is the local backend: it trains the base at j.base on the
+// SFT Parquet files in j.sftDir and saves the result in j.outDir; it
+// returns the model id.
+func (*Stage) trainLocal(ctx context.Context, j *job) (string, error) {
+	log, x, cfg := j.log, j.x, j.cfg
+	log.Info("finetune: training the local model", "examples", j.examples, "base", j.base, "output", j.outDir)
+	m, err := localserve.LoadPath(j.base)
 	if err != nil {
 		return "", fmt.Errorf("finetune: local base: %w", err)
 	}
 	mc := m.Config()
-	exs, st, err := readLocalExamples(ctx, sftDir, mc.Context)
+	exs, st, err := readLocalExamples(ctx, j.sftDir, mc.Context)
 	if err != nil {
 		return "", err
 	}
@@ -135,7 +137,7 @@ func trainLocal(ctx context.Context, log *slog.Logger, x *stages.Exec, cfg Confi
 	x.SetSummary(SumLocalTokens, tokens)
 	x.SetSummary(SumLocalLossFirst, first)
 	x.SetSummary(SumLocalLossLast, last)
-	if err := m.Save(filepath.Join(outDir, localserve.CheckpointFile), false); err != nil {
+	if err := m.Save(filepath.Join(j.outDir, localserve.CheckpointFile), false); err != nil {
 		return "", fmt.Errorf("finetune: save local checkpoint: %w", err)
 	}
 	name := cfg.ModelName

@@ -30,6 +30,14 @@ const agentLogBytes = 256 << 10
 // agentTraceBytes bounds each trace file of the workspace.
 const agentTraceBytes = 20000
 
+// checkAgent checks the agent backend's settings.
+func (c Config) checkAgent() []error {
+	if strings.TrimSpace(c.AgentCommand) == "" {
+		return []error{errors.New("agent_command is empty: the agent backend runs it in the workspace")}
+	}
+	return nil
+}
+
 // agent is the agent backend: it writes the workspace, runs the agent
 // command in it and harvests new/*/.
 func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, error) {

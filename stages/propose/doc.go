@@ -17,12 +17,17 @@
 //     a candidates table of the archive, else from Stage.Sources (the bucket's
 //     harnesses/<hex>/harness.star, see StoreSources), which also supplies the
 //     sources of archived harnesses scored by id only (an incoming harness).
-//   - Backends: mutate (offline and deterministic: one constant or prompt
-//     fragment per candidate, seeded by the stage's seed and Config.Iteration),
-//     llm (one chat call with the contract, the frontier's code and scores and
-//     sampled failures; reply format: name:/axis:/hypothesis: lines, then a
-//     fenced python block), agent (a command run in a workspace of plain files,
-//     harvested from new/<name>/; see writeWorkspace).
+//   - Backends are chosen by Config.Backend from one table (backends.go; its
+//     names in order are Backends()): each row is a backend's name, the check
+//     of its own settings, its proposer label, whether it reads sampled
+//     episodes or asks a chat model (UsesLLM), and how it proposes. They are
+//     mutate (offline and deterministic: one constant or prompt fragment per
+//     candidate, seeded by the stage's seed and Config.Iteration), llm (one
+//     chat call with the contract, the frontier's code and scores and sampled
+//     failures; reply format: name:/axis:/hypothesis: lines, then a fenced
+//     python block; proposer "llm:<model>"), agent (a command run in a
+//     workspace of plain files, harvested from new/<name>/; see
+//     writeWorkspace). Adding a proposer is its file and one row.
 //   - Every proposal is validated, in order: it loads under the domain's
 //     contract (problems with file:line:col); it is not a duplicate of the parent,
 //     of an archived harness or of an earlier candidate of the batch (same bytes,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/schemas"
+	"github.com/whalerun/whale/stages"
 )
 
 // Limits of the llm backend's prompt: it must fit a proposer's context
@@ -168,8 +169,23 @@ func failures(a *archive, parentID string, n int) []schemas.Rollout {
 	return out
 }
 
+// checkLLM checks the llm backend's settings.
+func (c Config) checkLLM() []error {
+	var errs []error
+	if c.LLM.Model == "" {
+		errs = append(errs, errors.New("llm.model is empty: name the proposer model"))
+	}
+	if c.LLM.MaxTokens < 0 {
+		errs = append(errs, fmt.Errorf("llm.max_tokens %d: want ≥ 0", c.LLM.MaxTokens))
+	}
+	return errs
+}
+
+// llmLabel names the llm backend's proposer after its model.
+func llmLabel(c Config) string { return "llm:" + c.LLM.Model }
+
 // llm is the llm backend: one chat call, parsed into up to M proposals.
-func (s *Stage) llm(ctx context.Context, in *input) (outcome, error) {
+func (s *Stage) llm(ctx context.Context, _ *stages.Exec, in *input) (outcome, error) {
 	if s.LLM == nil {
 		return outcome{}, errors.New("propose: the llm backend needs a model client (Stage.LLM)")
 	}

@@ -1,6 +1,7 @@
 package propose
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/stages"
 )
 
 // constAxis is the mechanism each known constant belongs to; a domain
@@ -55,6 +57,12 @@ type edit struct {
 	constant               string
 	literal                string // Starlark source of the new value
 	value                  any    // the new value, as harness.Constants gives it
+}
+
+// proposeMutate is the mutate backend's row of the table: it needs
+// neither a model nor the Exec.
+func (*Stage) proposeMutate(_ context.Context, _ *stages.Exec, in *input) (outcome, error) {
+	return mutate(in)
 }
 
 // mutate is the offline backend: deterministic single edits of the

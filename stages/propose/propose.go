@@ -23,13 +23,6 @@ import (
 // Name is the stage name.
 const Name = "propose"
 
-// Backends.
-const (
-	BackendMutate = "mutate"
-	BackendLLM    = "llm"
-	BackendAgent  = "agent"
-)
-
 // ParentH0 names the domain's baseline harness as a parent.
 const ParentH0 = "h0"
 
@@ -58,7 +51,8 @@ var Axes = []string{"prompt", "retries", "turns", "parsing", "context", "tool-fo
 
 // Config is the hashed configuration of a propose stage.
 type Config struct {
-	// Backend is mutate, llm or agent.
+	// Backend is a name of the table of backends: mutate, llm or agent
+	// (see Backends).
 	Backend string `json:"backend"`
 	// M is how many candidates to propose.
 	M int `json:"m"`
@@ -90,10 +84,9 @@ type LLMConfig struct {
 // Validate checks the configuration before anything runs.
 func (c Config) Validate() error {
 	var errs []error
-	switch c.Backend {
-	case BackendMutate, BackendLLM, BackendAgent:
-	default:
-		errs = append(errs, fmt.Errorf("backend %q: want %s, %s or %s", c.Backend, BackendMutate, BackendLLM, BackendAgent))
+	b, err := backendFor(c.Backend)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if c.M < 1 || c.M > MaxCandidates {
 		errs = append(errs, fmt.Errorf("m %d: want 1 to %d candidates", c.M, MaxCandidates))
@@ -107,16 +100,8 @@ func (c Config) Validate() error {
 	if c.Domain == "" {
 		errs = append(errs, errors.New("domain is empty"))
 	}
-	if c.Backend == BackendAgent && strings.TrimSpace(c.AgentCommand) == "" {
-		errs = append(errs, errors.New("agent_command is empty: the agent backend runs it in the workspace"))
-	}
-	if c.Backend == BackendLLM {
-		if c.LLM.Model == "" {
-			errs = append(errs, errors.New("llm.model is empty: name the proposer model"))
-		}
-		if c.LLM.MaxTokens < 0 {
-			errs = append(errs, fmt.Errorf("llm.max_tokens %d: want ≥ 0", c.LLM.MaxTokens))
-		}
+	if b.check != nil {
+		errs = append(errs, b.check(c)...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("propose config: %w", err)
@@ -231,8 +216,12 @@ func (s *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		log = slog.Default()
 	}
 	contract := s.Domain.Contract()
+	b, err := backendFor(cfg.Backend)
+	if err != nil {
+		return err // Validate has said so
+	}
 
-	arch, err := readArchive(ctx, x, s.Domain, cfg.Backend != BackendMutate)
+	arch, err := readArchive(ctx, x, s.Domain, b.episodes)
 	if err != nil {
 		return err
 	}
@@ -254,17 +243,8 @@ func (s *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	}
 
 	in := &input{cfg: cfg, seed: x.Seed, contract: contract, parent: parent, arch: arch, log: log}
-	var out outcome
-	proposer := cfg.Backend
-	switch cfg.Backend {
-	case BackendMutate:
-		out, err = mutate(in)
-	case BackendLLM:
-		proposer = "llm:" + cfg.LLM.Model
-		out, err = s.llm(ctx, in)
-	case BackendAgent:
-		out, err = s.agent(ctx, x, in)
-	}
+	proposer := b.proposer(cfg)
+	out, err := b.propose(s, ctx, x, in)
 	if err != nil {
 		return err
 	}
