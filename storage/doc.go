@@ -36,7 +36,9 @@
 //     exclusively, and _MANIFEST.json last — the commit point; the names
 //     it uses (names.go), digests and canonical JSON (canonical.go), a
 //     stage's identity (identity.go), manifests (manifest.go), listing
-//     (list.go), and verify and garbage (verify.go);
+//     (list.go), verify (verify.go), and garbage collection (gc.go):
+//     leftovers, old uncommitted attempts and superseded attempts, deleted
+//     commit point first (`whale gc`);
 //   - datasets (dataset.go): datasets/<name>/ with the same manifest, one
 //     Collection of named folders; search indexes (indexes/<name>/, owned
 //     by domains/searchqa) are another;

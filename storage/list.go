@@ -58,11 +58,12 @@ func LatestCommitted(ctx context.Context, s *Store, run, position, stage string)
 // folderScan is what one recursive listing of a run's stages says about
 // each stage folder.
 type folderScan struct {
-	folder    Folder
-	dir       string
-	committed bool
-	objects   []Entry
-	newest    time.Time
+	folder      Folder
+	dir         string
+	committed   bool
+	committedAt time.Time // the _MANIFEST.json's ModTime
+	objects     []Entry
+	newest      time.Time
 }
 
 func scanRun(ctx context.Context, s *Store, run string) ([]*folderScan, error) {
@@ -89,7 +90,7 @@ func scanRun(ctx context.Context, s *Store, run string) ([]*folderScan, error) {
 			order = append(order, fsn)
 		}
 		if inner == ManifestName {
-			fsn.committed = true
+			fsn.committed, fsn.committedAt = true, e.ModTime
 		}
 		fsn.objects = append(fsn.objects, e)
 		if e.ModTime.After(fsn.newest) {
@@ -132,6 +133,12 @@ func ListCommitted(ctx context.Context, s *Store, run string) ([]*Manifest, erro
 		dirs = append(dirs, f.dir)
 	}
 	sort.Strings(dirs)
+	return readManifests(ctx, s, dirs)
+}
+
+// readManifests reads the manifests of dirs, parallelReads at a time, in
+// the order of dirs.
+func readManifests(ctx context.Context, s *Store, dirs []string) ([]*Manifest, error) {
 	out := make([]*Manifest, len(dirs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallelReads)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -79,46 +78,4 @@ func Verify(ctx context.Context, s *Store, m *Manifest, checksums bool) error {
 		return &VerifyError{Dir: m.Dir, Problems: out}
 	}
 	return nil
-}
-
-// Garbage lists the objects in a run's stage folders that no committed
-// manifest names and that are older than olderThan: files uploaded by a
-// try that crashed or lost its shard's commit race, and whole uncommitted
-// attempts whose newest object is older than olderThan. It deletes
-// nothing; a cleaner may delete what it returns. Pick olderThan well above
-// the longest a shard may run, or a slow attempt still in progress would
-// be listed.
-func Garbage(ctx context.Context, s *Store, run string, olderThan time.Duration) ([]Entry, error) {
-	scans, err := scanRun(ctx, s, run)
-	if err != nil {
-		return nil, err
-	}
-	cutoff := time.Now().Add(-olderThan)
-	var out []Entry
-	for _, f := range scans {
-		if !f.committed {
-			if f.newest.Before(cutoff) {
-				out = append(out, f.objects...)
-			}
-			continue
-		}
-		m, err := ReadManifest(ctx, s, f.dir)
-		if err != nil {
-			return nil, err
-		}
-		named := map[string]bool{ManifestName: true, InputsName: true}
-		for _, fe := range m.Files {
-			named[fe.Name] = true
-		}
-		for _, e := range f.objects {
-			inner := strings.TrimPrefix(e.Key, f.dir+"/")
-			if named[inner] || strings.HasPrefix(inner, PartsDir+"/") {
-				continue
-			}
-			if e.ModTime.Before(cutoff) {
-				out = append(out, e)
-			}
-		}
-	}
-	return out, nil
 }

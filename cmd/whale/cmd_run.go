@@ -101,7 +101,7 @@ func stageCommand() *cli.Command {
 		Description: `NAME is rollout, filter, finetune, propose or evaluate; --at is a position
 such as r001-w02. A committed stage with the same inputs is a no-op; with other
 inputs it is a conflict (exit 3) unless --force, which writes a new attempt
-and keeps the old one.`,
+and keeps the old one (until 'whale gc' deletes it).`,
 		Flags: append(runFlags(),
 			&cli.StringFlag{Name: "at", Required: true, Usage: "`POSITION` of the stage, e.g. r001-w02"},
 			&cli.BoolFlag{Name: "force", Usage: "run again as a new attempt even if committed"},

@@ -22,6 +22,7 @@ func commands() []*cli.Command {
 		statusCommand(),
 		lsCommand(),
 		showCommand(),
+		gcCommand(),
 		analyzeCommand(),
 		reportCommand(),
 		dataCommand(),

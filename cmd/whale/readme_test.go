@@ -143,6 +143,8 @@ func TestREADMECommands(t *testing.T) {
 		{"whale step RUN", []string{"nosuch"}, []string{"--root", root}, exitUsage, noRun},
 		{"whale run RUN", []string{"nosuch"}, []string{"--root", root}, exitUsage, noRun},
 		{"whale stage NAME RUN --at POS [--force]", []string{"rollout", "nosuch", "r001-w01"}, []string{"--root", root}, exitUsage, noRun},
+		{"whale gc RUN --root URL [--older-than DURATION] [--dry-run]", []string{"chess-whale", root, "1h"}, nil,
+			exitOK, []string{"no garbage older than 1h0m0s in run chess-whale"}},
 		{"whale submit slurm RUN [--chain K] [--dry-run] [--partition ... --gpus ...]", []string{"chess-whale", "2", "gpu", "1"}, []string{"--root", root},
 			exitOK, []string{"#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1", "--chain 2"}},
 		{"whale analyze RUN...|FILE.parquet... [--by COLS] [--format table|csv|json]", []string{"chess-whale", "run", "json"}, []string{"--root", root},
