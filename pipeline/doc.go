@@ -20,7 +20,11 @@
 //     then fewer turns, then archive order (or the spec's initial harness).
 //     Both are stage inputs or config, so they are part of the identity.
 //   - Step holds the lease for the whole stage and renews it; a second
-//     Step on the same run gets a *storage.LeaseHeldError naming the holder.
+//     Step on the same run gets a *storage.LeaseHeldError naming the holder
+//     (RunToEnd with Runner.Wait waits for it instead). A holder that has
+//     ended for certain — its process gone on this host, its Slurm job
+//     over — is taken over at once, logged and recorded in the ledger
+//     (ledger.KindTakeover); other holders are honoured until expiry.
 //   - A stage that fails stops the run: nothing of it is committed, the
 //     ledger records the failure, and the next Step retries it. A failed
 //     training can instead commit its step untrained (finetune.on_failure:

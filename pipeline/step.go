@@ -27,10 +27,6 @@ import (
 // crash tests, which stall a stage between its upload and its commit.
 var wrapStage = func(s stages.Stage) stages.Stage { return s }
 
-// LeaseTTL is how long a lease lasts without renewal; Step renews it every
-// third of that while a stage runs.
-var LeaseTTL = 2 * time.Minute
-
 // Runner executes a run's stages.
 type Runner struct {
 	Planner
@@ -44,6 +40,16 @@ type Runner struct {
 	// Retry is how RunToEnd runs a step again after a transient failure;
 	// zero: StepRetry.
 	Retry retry.Policy
+	// LeaseTTL is how long the run's lease lasts without renewal; 0:
+	// LeaseTTL.
+	LeaseTTL time.Duration
+	// Jobs reports the Slurm job of a lease holder on another host, to
+	// take over its lease once the job is over; nil: Slurm's own commands
+	// where this machine has them.
+	Jobs JobStates
+	// Wait makes RunToEnd wait while another live process holds the
+	// run's lease, instead of returning its *storage.LeaseHeldError.
+	Wait bool
 }
 
 // StepRetry is how often, and how patiently, RunToEnd runs a step again
@@ -134,7 +140,7 @@ type StepResult struct {
 // the lease gives a *storage.LeaseHeldError, which errors.Is
 // storage.ErrLeaseHeld.
 func (r *Runner) Step(ctx context.Context) (*StepResult, error) {
-	lease, err := storage.AcquireLease(ctx, r.Store, "runs/"+r.Run+"/lease", r.holder(), LeaseTTL)
+	lease, err := r.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +220,7 @@ func (r *Runner) RunToEnd(ctx context.Context, each func(*StepResult)) error {
 		)
 		err := retry.Do(ctx, policy, func(ctx context.Context) error {
 			var err error
-			res, err = r.Step(ctx)
+			res, err = r.step(ctx)
 			var held *storage.LeaseHeldError
 			switch {
 			case err == nil:
@@ -247,6 +253,38 @@ func (r *Runner) RunToEnd(ctx context.Context, each func(*StepResult)) error {
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+	}
+}
+
+// step is Step, waiting with r.Wait while another live process holds the
+// lease: polled every twentieth of the TTL (1-10 s) or when the holder's
+// lease expires if sooner, until the holder releases it, its lease
+// expires or its holder is found to have ended.
+func (r *Runner) step(ctx context.Context) (*StepResult, error) {
+	waiting := false
+	for {
+		res, err := r.Step(ctx)
+		var held *storage.LeaseHeldError
+		if !r.Wait || !errors.As(err, &held) {
+			return res, err
+		}
+		if !waiting {
+			c := held.Current
+			r.log().Info("run is busy: waiting for its lease", "run", r.Run, "holder", c.Holder, "host", c.Host, "pid", c.PID, "expires", c.Expires)
+			waiting = true
+		}
+		ttl := r.LeaseTTL
+		if ttl == 0 {
+			ttl = LeaseTTL
+		}
+		poll := min(max(ttl/20, time.Second), 10*time.Second)
+		t := time.NewTimer(max(min(poll, time.Until(held.Current.Expires)+50*time.Millisecond), 50*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waiting for the lease of run %s: %w", r.Run, context.Cause(ctx))
+		case <-t.C:
 		}
 	}
 }
@@ -373,7 +411,7 @@ func (r *Runner) archiveCandidates(ctx context.Context, m *storage.Manifest) err
 // a committed stage with the same identity is a no-op and one with another
 // identity an error saying what differs.
 func (r *Runner) RunStage(ctx context.Context, name, position string, force bool) (*StepResult, error) {
-	lease, err := storage.AcquireLease(ctx, r.Store, "runs/"+r.Run+"/lease", r.holder(), LeaseTTL)
+	lease, err := r.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}

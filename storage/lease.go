@@ -17,6 +17,15 @@ package storage
 // writer lists the folder after its create and counts only if its
 // generation is the newest.
 //
+// A crashed holder: a live generation whose holder has ended for certain
+// may be taken over before it expires. AcquireLease checks a holder on
+// the same host itself (internal/proc: its process is gone, the host
+// rebooted, or the id now names another process); LeaseOptions.Ended may
+// add what the caller can check (a scheduler job that is over). A holder
+// on another host that nothing can check is honoured until expiry. A
+// misjudged takeover still cannot give two writers: the old holder's next
+// renewal finds the generation taken and stops (ErrLeaseLost).
+//
 // Clock skew: a generation's expiry is computed on the writer's clock and
 // compared with the reader's. Hosts whose clocks differ by d see a lease
 // expire up to d early or late, so ttl must be much longer than any skew
@@ -31,12 +40,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/whalerun/whale/internal/proc"
 )
 
 var (
@@ -65,6 +75,42 @@ type LeaseRecord struct {
 	Acquired time.Time `json:"acquired"`
 	Expires  time.Time `json:"expires"` // on the writer's clock
 	Released bool      `json:"released"`
+	// BootID, PIDNamespace and Start name the holder's process on Host
+	// (see internal/proc), so that another process there can tell that it
+	// has ended. Empty in generations written before whale recorded them.
+	BootID       string `json:"boot_id,omitempty"`
+	PIDNamespace string `json:"pid_ns,omitempty"`
+	Start        uint64 `json:"start,omitempty"`
+	// Job is the scheduler job the holder ran in (LeaseOptions.Job).
+	Job string `json:"job,omitempty"`
+}
+
+// process is the identity of the record's holder process.
+func (r LeaseRecord) process() proc.Identity {
+	return proc.Identity{Host: r.Host, PID: r.PID, BootID: r.BootID, PIDNamespace: r.PIDNamespace, Start: r.Start}
+}
+
+// LeaseOptions say who takes a lease, for how long, and how to tell that
+// a live holder has ended.
+type LeaseOptions struct {
+	// Holder is a name for humans, such as "whale step". Required.
+	Holder string
+	// TTL is how long the lease lasts without renewal. Required.
+	TTL time.Duration
+	// Job names the scheduler job this process runs in, if any, for
+	// Ended to check later (e.g. "slurm:<cluster>:<job id>").
+	Job string
+	// Ended, when set, is asked about a live lease of another holder
+	// that AcquireLease could not judge itself: it reports whether the
+	// holder has ended for certain, and why. It must answer false when
+	// it cannot tell.
+	Ended func(ctx context.Context, rec LeaseRecord) (why string, ended bool)
+}
+
+// Takeover says whose live lease AcquireLease took over, and why.
+type Takeover struct {
+	Previous LeaseRecord
+	Why      string
 }
 
 // Live reports whether the record holds the lease at now.
@@ -101,29 +147,32 @@ type Lease struct {
 	mu  sync.Mutex // serializes changes; held across their requests
 	rec LeaseRecord
 	err error // set once the lease is lost or released
+
+	takeover *Takeover
 }
 
-// AcquireLease takes the lease in folder (e.g. "runs/r1/lease") for holder
-// (a name for humans, such as "whale step") for ttl. It succeeds when the
-// folder has no lease, or its newest generation is released or expired; a
-// live lease of someone else gives a *LeaseHeldError (errors.Is
-// ErrLeaseHeld) that names the holder. Racing acquirers on any backend get
-// exactly one winner. When the store fails after the new generation was
-// written but before that was confirmed, the error is returned and the
-// lease stays taken until ttl runs out, as if this process had crashed.
-func AcquireLease(ctx context.Context, s *Store, folder, holder string, ttl time.Duration) (*Lease, error) {
+// AcquireLease takes the lease in folder (e.g. "runs/r1/lease") for
+// o.Holder for o.TTL. It succeeds when the folder has no lease, or its
+// newest generation is released or expired, or its holder has ended for
+// certain (see above; Lease.Takeover then says whose and why); a live
+// lease of someone else gives a *LeaseHeldError (errors.Is ErrLeaseHeld)
+// that names the holder. Racing acquirers on any backend get exactly one
+// winner. When the store fails after the new generation was written but
+// before that was confirmed, the error is returned and the lease stays
+// taken until the TTL runs out, as if this process had crashed.
+func AcquireLease(ctx context.Context, s *Store, folder string, o LeaseOptions) (*Lease, error) {
 	folder = strings.Trim(folder, "/")
 	if err := checkKey(folder); err != nil {
 		return nil, fmt.Errorf("acquire lease: folder: %w", err)
 	}
-	if ttl <= 0 {
-		return nil, fmt.Errorf("acquire lease %s: ttl must be positive, got %s", folder, ttl)
+	if o.TTL <= 0 {
+		return nil, fmt.Errorf("acquire lease %s: ttl must be positive, got %s", folder, o.TTL)
 	}
-	if holder == "" {
+	if o.Holder == "" {
 		return nil, fmt.Errorf("acquire lease %s: holder must be named", folder)
 	}
-	host, _ := os.Hostname()
-	l := &Lease{s: s, folder: folder, ttl: ttl}
+	me := proc.Self()
+	l := &Lease{s: s, folder: folder, ttl: o.TTL}
 	token := newToken()
 	// Each turn of the loop is lost to another writer that made progress,
 	// so the loop ends; the bound only guards against a bug.
@@ -150,11 +199,20 @@ func AcquireLease(ctx context.Context, s *Store, folder, holder string, ttl time
 			}
 		}
 		now := leaseNow()
+		var takeover *Takeover
 		if cur.Live(now) {
-			return nil, &LeaseHeldError{URL: s.url, Folder: folder, Current: cur, Now: now}
+			why, ended := cur.process().Gone(me)
+			if !ended && o.Ended != nil {
+				why, ended = o.Ended(ctx, cur)
+			}
+			if !ended {
+				return nil, &LeaseHeldError{URL: s.url, Folder: folder, Current: cur, Now: now}
+			}
+			takeover = &Takeover{Previous: cur, Why: why}
 		}
-		next := LeaseRecord{Generation: cur.Generation + 1, Holder: holder, Host: host, PID: os.Getpid(),
-			Token: token, Acquired: now, Expires: now.Add(ttl)}
+		next := LeaseRecord{Generation: cur.Generation + 1, Holder: o.Holder, Host: me.Host, PID: me.PID,
+			BootID: me.BootID, PIDNamespace: me.PIDNamespace, Start: me.Start, Job: o.Job,
+			Token: token, Acquired: now, Expires: now.Add(o.TTL)}
 		outcome, _, err := l.create(ctx, next)
 		if err != nil {
 			return nil, fmt.Errorf("acquire lease %s: %w", folder, err)
@@ -162,7 +220,7 @@ func AcquireLease(ctx context.Context, s *Store, folder, holder string, ttl time
 		if outcome != created {
 			continue
 		}
-		l.rec = next
+		l.rec, l.takeover = next, takeover
 		for _, g := range gens {
 			if g <= next.Generation-leaseKeep {
 				l.prune(ctx, g)
@@ -200,6 +258,10 @@ func (l *Lease) Record() LeaseRecord {
 	defer l.mu.Unlock()
 	return l.rec
 }
+
+// Takeover says whose live lease AcquireLease took over because its
+// holder had ended, and why; nil when the lease was free or expired.
+func (l *Lease) Takeover() *Takeover { return l.takeover }
 
 // Folder is the lease's folder key.
 func (l *Lease) Folder() string { return l.folder }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +78,7 @@ func raceLease(t *testing.T, root string) {
 		}
 	}
 	start := time.Now().Add(1500 * time.Millisecond) // time for the children to start
+	barrier := t.TempDir()
 	type child struct {
 		cmd *exec.Cmd
 		out bytes.Buffer
@@ -91,6 +93,8 @@ func raceLease(t *testing.T, root string) {
 			"WHALE_LEASE_ROUNDS="+strconv.Itoa(raceRounds),
 			"WHALE_LEASE_START="+strconv.FormatInt(start.UnixNano(), 10),
 			"WHALE_LEASE_GAP="+raceGap.String(),
+			"WHALE_LEASE_PROCS="+strconv.Itoa(raceProcs),
+			"WHALE_LEASE_BARRIER="+barrier,
 		)
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 		if err := c.cmd.Start(); err != nil {
@@ -172,7 +176,7 @@ func TestLeaseRaceChild(t *testing.T) {
 		} else if d < -gap/2 {
 			late = " late"
 		}
-		_, err := storage.AcquireLease(ctx, s, fmt.Sprintf("round-%02d", r), "child-"+id, time.Minute)
+		_, err := storage.AcquireLease(ctx, s, fmt.Sprintf("round-%02d", r), storage.LeaseOptions{Holder: "child-" + id, TTL: time.Minute})
 		switch {
 		case err == nil:
 			fmt.Printf("ROUND %d WIN%s\n", r, late)
@@ -182,4 +186,17 @@ func TestLeaseRaceChild(t *testing.T) {
 			fmt.Printf("ROUND %d ERROR %q\n", r, err.Error())
 		}
 	}
+	// A holder that has exited is taken over at once by a contender on
+	// the same host: stay until every child has played every round.
+	barrier := os.Getenv("WHALE_LEASE_BARRIER")
+	procs, _ := strconv.Atoi(os.Getenv("WHALE_LEASE_PROCS"))
+	if err := os.WriteFile(filepath.Join(barrier, "done-"+id), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if done, _ := filepath.Glob(filepath.Join(barrier, "done-*")); len(done) >= procs {
+			return
+		}
+	}
+	t.Fatal("the other children did not finish their rounds within a minute")
 }

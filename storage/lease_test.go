@@ -52,7 +52,7 @@ func TestLeaseAcquireRelease(t *testing.T) {
 		if _, ok, err := storage.ReadLease(ctx, s, "runs/r1/lease"); ok || err != nil {
 			t.Fatalf("ReadLease of no lease: ok %v, %v", ok, err)
 		}
-		a, err := storage.AcquireLease(ctx, s, "runs/r1/lease/", "whale step", time.Minute)
+		a, err := storage.AcquireLease(ctx, s, "runs/r1/lease/", storage.LeaseOptions{Holder: "whale step", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestLeaseAcquireRelease(t *testing.T) {
 		if !got.Released || got.Generation != 2 || got.Live(time.Now()) {
 			t.Fatalf("after Release: %+v", got)
 		}
-		b, err := storage.AcquireLease(ctx, s, "runs/r1/lease", "whale run", time.Minute)
+		b, err := storage.AcquireLease(ctx, s, "runs/r1/lease", storage.LeaseOptions{Holder: "whale run", TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("acquire after release: %v", err)
 		}
@@ -106,11 +106,11 @@ func TestLeaseAcquireRelease(t *testing.T) {
 func TestLeaseLiveIsRefused(t *testing.T) {
 	leaseBackends(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		a, err := storage.AcquireLease(ctx, s, "runs/r2/lease", "cron tick 1", time.Hour)
+		a, err := storage.AcquireLease(ctx, s, "runs/r2/lease", storage.LeaseOptions{Holder: "cron tick 1", TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = storage.AcquireLease(ctx, s, "runs/r2/lease", "cron tick 2", time.Hour)
+		_, err = storage.AcquireLease(ctx, s, "runs/r2/lease", storage.LeaseOptions{Holder: "cron tick 2", TTL: time.Hour})
 		if !errors.Is(err, storage.ErrLeaseHeld) {
 			t.Fatalf("second acquire: %v, want ErrLeaseHeld", err)
 		}
@@ -135,12 +135,12 @@ func TestLeaseLiveIsRefused(t *testing.T) {
 func TestLeaseExpiredIsTakenOver(t *testing.T) {
 	leaseBackends(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		a, err := storage.AcquireLease(ctx, s, "runs/r3/lease", "crashed", 50*time.Millisecond)
+		a, err := storage.AcquireLease(ctx, s, "runs/r3/lease", storage.LeaseOptions{Holder: "crashed", TTL: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		b, err := storage.AcquireLease(ctx, s, "runs/r3/lease", "next", time.Minute)
+		b, err := storage.AcquireLease(ctx, s, "runs/r3/lease", storage.LeaseOptions{Holder: "next", TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("acquire of an expired lease: %v", err)
 		}
@@ -166,7 +166,7 @@ func TestLeaseExpiredIsTakenOver(t *testing.T) {
 func TestLeaseRenewAndPrune(t *testing.T) {
 	leaseBackends(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		a, err := storage.AcquireLease(ctx, s, "l", "h", time.Minute)
+		a, err := storage.AcquireLease(ctx, s, "l", storage.LeaseOptions{Holder: "h", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,12 +193,12 @@ func TestLeaseRenewAndPrune(t *testing.T) {
 func TestLeaseRenewIntoPrunedGap(t *testing.T) {
 	leaseBackends(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		a, err := storage.AcquireLease(ctx, s, "gap", "sleeper", 30*time.Millisecond)
+		a, err := storage.AcquireLease(ctx, s, "gap", storage.LeaseOptions{Holder: "sleeper", TTL: 30 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(60 * time.Millisecond)
-		b, err := storage.AcquireLease(ctx, s, "gap", "worker", time.Minute)
+		b, err := storage.AcquireLease(ctx, s, "gap", storage.LeaseOptions{Holder: "worker", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestLeaseRenewIntoPrunedGap(t *testing.T) {
 func TestLeaseAdoptsLandedRenewal(t *testing.T) {
 	leaseBackends(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		a, err := storage.AcquireLease(ctx, s, "adopt", "h", time.Minute)
+		a, err := storage.AcquireLease(ctx, s, "adopt", storage.LeaseOptions{Holder: "h", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestLeaseAdoptsLandedRenewal(t *testing.T) {
 func TestLeaseKeepAlive(t *testing.T) {
 	leaseBackends(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		a, err := storage.AcquireLease(ctx, s, "ka", "worker", 300*time.Millisecond)
+		a, err := storage.AcquireLease(ctx, s, "ka", storage.LeaseOptions{Holder: "worker", TTL: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +256,7 @@ func TestLeaseKeepAlive(t *testing.T) {
 		if wctx.Err() != nil {
 			t.Fatalf("work context ended while the lease was renewed: %v", context.Cause(wctx))
 		}
-		if _, err := storage.AcquireLease(ctx, s, "ka", "other", time.Minute); !errors.Is(err, storage.ErrLeaseHeld) {
+		if _, err := storage.AcquireLease(ctx, s, "ka", storage.LeaseOptions{Holder: "other", TTL: time.Minute}); !errors.Is(err, storage.ErrLeaseHeld) {
 			t.Fatalf("acquire while kept alive: %v, want ErrLeaseHeld", err)
 		}
 		if g := a.Record().Generation; g < 3 {
@@ -266,7 +266,7 @@ func TestLeaseKeepAlive(t *testing.T) {
 		if err := a.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := storage.AcquireLease(ctx, s, "ka", "other", time.Minute); err != nil {
+		if _, err := storage.AcquireLease(ctx, s, "ka", storage.LeaseOptions{Holder: "other", TTL: time.Minute}); err != nil {
 			t.Fatalf("acquire after release: %v", err)
 		}
 	})
@@ -275,7 +275,7 @@ func TestLeaseKeepAlive(t *testing.T) {
 func TestLeaseKeepAliveReportsLoss(t *testing.T) {
 	leaseBackends(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		a, err := storage.AcquireLease(ctx, s, "lost", "worker", 300*time.Millisecond)
+		a, err := storage.AcquireLease(ctx, s, "lost", storage.LeaseOptions{Holder: "worker", TTL: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +313,7 @@ func TestLeaseGoroutineRace(t *testing.T) {
 			var wg sync.WaitGroup
 			for g := range 16 {
 				wg.Go(func() {
-					_, err := storage.AcquireLease(ctx, s, folder, fmt.Sprint("g", g), time.Minute)
+					_, err := storage.AcquireLease(ctx, s, folder, storage.LeaseOptions{Holder: fmt.Sprint("g", g), TTL: time.Minute})
 					mu.Lock()
 					defer mu.Unlock()
 					switch {
@@ -349,7 +349,7 @@ func TestLeaseBadInput(t *testing.T) {
 		{"ok", "h", -time.Second},
 	}
 	for _, tc := range tests {
-		if _, err := storage.AcquireLease(ctx, s, tc.folder, tc.holder, tc.ttl); err == nil {
+		if _, err := storage.AcquireLease(ctx, s, tc.folder, storage.LeaseOptions{Holder: tc.holder, TTL: tc.ttl}); err == nil {
 			t.Errorf("AcquireLease(%q, %q, %s) succeeded", tc.folder, tc.holder, tc.ttl)
 		}
 	}
@@ -357,7 +357,7 @@ func TestLeaseBadInput(t *testing.T) {
 	if err := s.WriteAll(ctx, "bad/0000000001.json", []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := storage.AcquireLease(ctx, s, "bad", "h", time.Minute)
+	_, err := storage.AcquireLease(ctx, s, "bad", storage.LeaseOptions{Holder: "h", TTL: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "bad/0000000001.json") {
 		t.Fatalf("acquire over a corrupt record: %v", err)
 	}
@@ -367,7 +367,7 @@ func TestLeaseBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, err := storage.AcquireLease(ctx, s, "odd", "h", time.Minute)
+	l, err := storage.AcquireLease(ctx, s, "odd", storage.LeaseOptions{Holder: "h", TTL: time.Minute})
 	if err != nil || l.Record().Generation != 1 {
 		t.Fatalf("acquire beside stray files: %v", err)
 	}

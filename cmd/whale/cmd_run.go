@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/pipeline"
@@ -33,6 +34,10 @@ type runOptions struct {
 	// a sharded stage whose shards are done. Both are what Slurm jobs run.
 	Shard    string
 	Finalize bool
+	// LeaseTTL is how long the run's lease lasts unrenewed (0: the
+	// default); Wait makes run wait for a busy run's lease.
+	LeaseTTL time.Duration
+	Wait     bool
 }
 
 func runFlags() []cli.Flag {
@@ -40,6 +45,21 @@ func runFlags() []cli.Flag {
 		rootFlag(),
 		&cli.StringFlag{Name: "cache", Usage: "local cache `DIR` for downloaded retrieval indexes (default: the user cache dir)"},
 	}
+}
+
+// leaseFlag is the lease's TTL, for the commands that take the lease.
+func leaseFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "lease-ttl", Value: pipeline.LeaseTTL, Usage: "how long the run's lease lasts without renewal (`DURATION`); " +
+		"a holder that crashed on this host, or whose Slurm job ended, is taken over at once, others when their lease expires"}
+}
+
+// leaseTTL reads --lease-ttl.
+func leaseTTL(c *cli.Context) (time.Duration, error) {
+	d := c.Duration("lease-ttl")
+	if d < 3*time.Second {
+		return 0, usagef("--lease-ttl %s: want at least 3s (the lease is renewed every third of it)", d)
+	}
+	return d, nil
 }
 
 func planCommand() *cli.Command {
@@ -63,16 +83,22 @@ func stepCommand() *cli.Command {
 		Name:      "step",
 		Usage:     "run exactly one stage of the run under its lease (cron-friendly)",
 		ArgsUsage: "RUN",
-		Description: `When another process holds the run's lease, step prints one line naming
-the holder and exits 0, so overlapping cron ticks are harmless; a real
-failure exits non-zero.`,
-		Flags: runFlags(),
+		Description: `When another live process holds the run's lease, step prints one line
+naming the holder and exits 0, so overlapping cron ticks are harmless; a
+real failure exits non-zero. A lease whose holder crashed on this host (or
+whose Slurm job has ended) is taken over at once and the takeover recorded
+in the ledger.`,
+		Flags: append(runFlags(), leaseFlag()),
 		Action: action(func(c *cli.Context, args []string) error {
 			run, err := oneRun(args)
 			if err != nil {
 				return err
 			}
-			return runStep(c.Context, runOptions{Root: c.String("root"), Run: run, CacheDir: c.String("cache")}, c.App.Writer, false)
+			ttl, err := leaseTTL(c)
+			if err != nil {
+				return err
+			}
+			return runStep(c.Context, runOptions{Root: c.String("root"), Run: run, CacheDir: c.String("cache"), LeaseTTL: ttl}, c.App.Writer, false)
 		}),
 	}
 }
@@ -82,13 +108,24 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "run the run's stages one after another until its schedule ends",
 		ArgsUsage: "RUN",
-		Flags:     runFlags(),
+		Description: `Each stage runs under the run's lease. When another live process holds
+it, run exits 4 (busy) at once, or with --wait waits until the lease is
+free. A lease whose holder crashed on this host (or whose Slurm job has
+ended) is taken over at once and the takeover recorded in the ledger; a
+holder on another host is honoured until its lease expires.`,
+		Flags: append(runFlags(), leaseFlag(),
+			&cli.BoolFlag{Name: "wait", Usage: "wait while another process holds the run's lease instead of exiting 4"}),
 		Action: action(func(c *cli.Context, args []string) error {
 			run, err := oneRun(args)
 			if err != nil {
 				return err
 			}
-			return runStep(c.Context, runOptions{Root: c.String("root"), Run: run, CacheDir: c.String("cache")}, c.App.Writer, true)
+			ttl, err := leaseTTL(c)
+			if err != nil {
+				return err
+			}
+			return runStep(c.Context, runOptions{Root: c.String("root"), Run: run, CacheDir: c.String("cache"), LeaseTTL: ttl,
+				Wait: c.Bool("wait")}, c.App.Writer, true)
 		}),
 	}
 }
@@ -106,13 +143,18 @@ and keeps the old one (until 'whale gc' deletes it).`,
 			&cli.StringFlag{Name: "at", Required: true, Usage: "`POSITION` of the stage, e.g. r001-w02"},
 			&cli.BoolFlag{Name: "force", Usage: "run again as a new attempt even if committed"},
 			&cli.StringFlag{Name: "shard", Usage: "run only shard `I/N` of a sharded stage (a Slurm array task), without the lease; it commits the stage only when it is the last part"},
-			&cli.BoolFlag{Name: "finalize", Usage: "commit a sharded stage whose shards are all done (the job after a Slurm array); runs no shard"}),
+			&cli.BoolFlag{Name: "finalize", Usage: "commit a sharded stage whose shards are all done (the job after a Slurm array); runs no shard"},
+			leaseFlag()),
 		Action: action(func(c *cli.Context, args []string) error {
 			if len(args) != 2 {
 				return usagef("want a stage name and a run, got %d arguments", len(args))
 			}
+			ttl, err := leaseTTL(c)
+			if err != nil {
+				return err
+			}
 			return runStageCmd(c.Context, runOptions{Root: c.String("root"), Stage: args[0], Run: args[1], At: c.String("at"),
-				Force: c.Bool("force"), CacheDir: c.String("cache"), Shard: c.String("shard"), Finalize: c.Bool("finalize")}, c.App.Writer)
+				Force: c.Bool("force"), CacheDir: c.String("cache"), Shard: c.String("shard"), Finalize: c.Bool("finalize"), LeaseTTL: ttl}, c.App.Writer)
 		}),
 	}
 }
@@ -214,7 +256,7 @@ func newRunner(ctx context.Context, o runOptions, out io.Writer) (*pipeline.Runn
 		store.Close()
 		return nil, nil, err
 	}
-	r := &pipeline.Runner{Planner: *pl, Runtime: rt, Out: out, Log: slog.Default()}
+	r := &pipeline.Runner{Planner: *pl, Runtime: rt, Out: out, Log: slog.Default(), LeaseTTL: o.LeaseTTL, Wait: o.Wait}
 	return r, func() { rt.Close(); store.Close() }, nil
 }
 
@@ -241,6 +283,11 @@ func runStep(ctx context.Context, o runOptions, out io.Writer, toEnd bool) error
 	}
 	var held *storage.LeaseHeldError
 	if errors.As(err, &held) {
+		if toEnd {
+			// Not cron: a script running `whale run X && whale report X`
+			// must know that nothing ran (exit 4).
+			return fmt.Errorf("run %s is busy: %w", o.Run, held)
+		}
 		// Cron ticks overlap: the other holder is doing the work.
 		fmt.Fprintf(out, "run %s is busy: %v\n", o.Run, held)
 		return nil

@@ -180,7 +180,7 @@ func TestInspect(t *testing.T) {
 		st := whale(t, "status", "--root", r.url, "chess-whale")
 		st.mustCode(t, exitOK, "chess-whale", "chess / whale", "Qwen/Qwen3.5-2B", "free (never taken)",
 			"datasets/lichess-train: tasks=5", "datasets/lichess-test: not imported", "committed stages", "r001-w01-rollout")
-		lease, err := storage.AcquireLease(ctx, store, "runs/chess-whale/lease", "whale step (test)", time.Hour)
+		lease, err := storage.AcquireLease(ctx, store, "runs/chess-whale/lease", storage.LeaseOptions{Holder: "whale step (test)", TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

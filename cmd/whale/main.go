@@ -36,6 +36,7 @@ const (
 	exitFailure  = 1 // the command failed: storage, a stage, a bug
 	exitUsage    = 2 // bad flags, bad experiment file, bad input data
 	exitConflict = 3 // same position asked with different inputs, or a run exists with another spec
+	exitBusy     = 4 // another live process holds the run's lease (run, stage; step exits 0)
 )
 
 // usageError marks errors the user fixes by changing what they passed in.
@@ -84,6 +85,8 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ce), isAny(conflictErrors):
 		return exitConflict
+	case errors.Is(err, storage.ErrLeaseHeld):
+		return exitBusy
 	case errors.As(err, &se):
 		// A stage that failed (a stored harness that no longer loads, a
 		// key made from bad data) is a failure of the run, whatever it
@@ -136,6 +139,8 @@ const exitCodesHelp = `EXIT CODES:
    1  failure: storage, a stage, an internal error
    2  usage: bad flags, a bad experiment file, bad input data (the message names the place)
    3  conflict: a position asked with different inputs, or a run name taken by another spec
+   4  busy: another live process holds the run's lease (whale run, whale stage; whale step
+      prints one line and exits 0 for cron; whale run --wait waits instead)
 
 ENVIRONMENT:
    WHALE_ROOT         default for --root (a bucket URL: file:///data/whale, s3://bucket/prefix?endpoint=...)

@@ -33,8 +33,21 @@ import (
 	"github.com/whalerun/whale/storage"
 )
 
-// TestMain stops the versitygw server that the S3 cases share.
-func TestMain(m *testing.M) { s3test.Main(m) }
+// TestMain stops the versitygw server that the S3 cases share. With
+// WHALE_TEST_AS_WHALE set the test binary is whale itself: it runs the
+// command line given after "--" as main does, for tests that need whale
+// in a process of its own (to kill it).
+func TestMain(m *testing.M) {
+	if os.Getenv("WHALE_TEST_AS_WHALE") == "1" {
+		args := os.Args[slices.Index(os.Args, "--")+1:]
+		err := runApp(context.Background(), os.Stdout, os.Stderr, append([]string{"whale"}, args...))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "whale:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+	s3test.Main(m)
+}
 
 // Shipped inputs, relative to this package.
 const (

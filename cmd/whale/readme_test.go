@@ -141,7 +141,7 @@ func TestREADMECommands(t *testing.T) {
 		{"whale plan RUN", []string{"chess-whale"}, []string{"--root", root},
 			exitOK, []string{"next: rollout at r001-w01"}},
 		{"whale step RUN", []string{"nosuch"}, []string{"--root", root}, exitUsage, noRun},
-		{"whale run RUN", []string{"nosuch"}, []string{"--root", root}, exitUsage, noRun},
+		{"whale run RUN [--wait]", []string{"nosuch"}, []string{"--root", root}, exitUsage, noRun},
 		{"whale stage NAME RUN --at POS [--force]", []string{"rollout", "nosuch", "r001-w01"}, []string{"--root", root}, exitUsage, noRun},
 		{"whale gc RUN --root URL [--older-than DURATION] [--dry-run]", []string{"chess-whale", root, "1h"}, nil,
 			exitOK, []string{"no garbage older than 1h0m0s in run chess-whale"}},

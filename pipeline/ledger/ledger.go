@@ -28,6 +28,7 @@ const (
 	KindFailure  = "failure"  // a stage failed; Error says why
 	KindJobs     = "jobs"     // scheduler jobs were submitted for a stage
 	KindDone     = "done"     // the schedule ended
+	KindTakeover = "takeover" // the lease was taken from a holder that had ended; Reason says whose and why
 )
 
 // Entry is one line of the ledger.

@@ -174,7 +174,7 @@ func TestSubmitRefusals(t *testing.T) {
 	}
 	s.DryRun = false
 
-	lease, err := storage.AcquireLease(ctx, w.store, "runs/"+exp.Name+"/lease", "cron tick", time.Minute)
+	lease, err := storage.AcquireLease(ctx, w.store, "runs/"+exp.Name+"/lease", storage.LeaseOptions{Holder: "cron tick", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,132 @@
+// Package proc names this process well enough that another process on
+// the same machine can tell later, for certain, that it has ended: what a
+// lease records so that the next `whale run` after a crash need not wait
+// for the lease to expire.
+//
+// A process id alone is not enough: ids are reused, a machine reboots,
+// and two containers may share a host name while each sees its own ids.
+// So an Identity also holds the kernel's boot id, the PID namespace and
+// the process's start time (in clock ticks since boot, from
+// /proc/<pid>/stat). Gone answers "ended" only when it can be sure: on
+// the same host, either after a reboot, or in the same boot and PID
+// namespace with no process of that id started at that time. Anything it
+// cannot check (another host, another namespace, no /proc) is "cannot
+// tell", and the caller waits as before.
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Identity names one process.
+type Identity struct {
+	Host string
+	PID  int
+	// BootID is the kernel's boot id (/proc/sys/kernel/random/boot_id);
+	// empty where there is none.
+	BootID string
+	// PIDNamespace is the process's PID namespace, as the link
+	// /proc/self/ns/pid reads ("pid:[4026531836]"); empty where unknown.
+	PIDNamespace string
+	// Start is the process's start time in clock ticks after boot; 0
+	// where unknown.
+	Start uint64
+}
+
+// procRoot is /proc; tests point it elsewhere.
+var procRoot = "/proc"
+
+// Self is this process's identity. Parts it cannot read stay empty.
+func Self() Identity {
+	host, _ := os.Hostname()
+	id := Identity{Host: host, PID: os.Getpid(), BootID: bootID(), PIDNamespace: pidNamespace("self")}
+	id.Start, _ = startTime(strconv.Itoa(id.PID))
+	return id
+}
+
+// Of is the identity of the running process pid on this host, as Self
+// would give in that process.
+func Of(pid int) (Identity, error) {
+	id := Self()
+	id.PID, id.PIDNamespace = pid, pidNamespace(strconv.Itoa(pid))
+	var err error
+	if id.Start, err = startTime(strconv.Itoa(pid)); err != nil {
+		return Identity{}, fmt.Errorf("process %d: %w", pid, err)
+	}
+	return id, nil
+}
+
+// Gone reports whether the process id names has ended, and why, when
+// that is certain from this machine: see the package doc. ok is false
+// when it cannot tell.
+func (id Identity) Gone(self Identity) (why string, ok bool) {
+	if id.Host == "" || id.Host != self.Host || id.BootID == "" || self.BootID == "" || id.PID <= 0 {
+		return "", false
+	}
+	if id.BootID != self.BootID {
+		return fmt.Sprintf("host %s has rebooted since (boot id %s, now %s)", id.Host, short(id.BootID), short(self.BootID)), true
+	}
+	if id.PIDNamespace == "" || id.PIDNamespace != self.PIDNamespace || id.Start == 0 {
+		return "", false
+	}
+	start, err := startTime(strconv.Itoa(id.PID))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("no process %d runs on host %s", id.PID, id.Host), true
+	case err != nil:
+		return "", false
+	case start != id.Start:
+		return fmt.Sprintf("process %d on host %s is another process (started at tick %d, not %d)", id.PID, id.Host, start, id.Start), true
+	}
+	return "", false
+}
+
+func bootID() string {
+	b, err := os.ReadFile(procRoot + "/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func pidNamespace(pid string) string {
+	ns, err := os.Readlink(procRoot + "/" + pid + "/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return ns
+}
+
+// startTime reads field 22 of /proc/<pid>/stat, the start time in clock
+// ticks after boot. The second field, the command name, is in
+// parentheses and may hold spaces and parentheses itself: the fields
+// after it start after the last ")".
+func startTime(pid string) (uint64, error) {
+	b, err := os.ReadFile(procRoot + "/" + pid + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%s/%s/stat: no command name", procRoot, pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (the state), so field 22 is f[19].
+	if len(f) < 20 {
+		return 0, fmt.Errorf("%s/%s/stat: %d fields after the command name, want 20 or more", procRoot, pid, len(f))
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+func short(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}
