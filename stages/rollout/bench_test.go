@@ -108,9 +108,11 @@ func BenchmarkRolloutStage(b *testing.B) {
 // servers has 64 slots (modeltest's SetSlots, as vLLM's max_num_seqs=64)
 // and answers a call 50 ms or 200 ms after the call gets a slot, so they
 // serve at most capacity_calls/s = 4 × 64 / latency. The client has the 4
-// endpoints and Concurrency 64 per endpoint; the stage keeps twice as many
-// episodes in flight as there are slots, so that a call is always waiting
-// for each slot that frees. "1_call" episodes answer at once, "3_calls"
+// endpoints and Concurrency 64 per endpoint ("conc=slots": a freed slot
+// waits a round trip for the client's next call) or 128 ("conc=2x": a
+// call is queued at the server for each slot, as vLLM queues requests
+// beyond max_num_seqs); the stage keeps twice as many episodes in flight
+// as the client's concurrency. "1_call" episodes answer at once, "3_calls"
 // ones reply twice without an answer (two format retries of the fake
 // domain's h0, whose MAX_TURNS is 3) and answer on the third call.
 //
@@ -132,9 +134,11 @@ func BenchmarkRolloutStage(b *testing.B) {
 // slot waits a round trip for its next call), ratio is utilisation over
 // it. slot_hold_ms is how long a call of the stage runs held its slot:
 // the latency plus the fake server's own lateness, which no client can
-// make up for. cpu_us/call is the process's CPU time (stage, client and
+// make up for. occupancy is the share of the slots' time that calls held
+// them over the run's window: what whale keeps busy, the server's own
+// lateness counted as busy. cpu_us/call is the process's CPU time (stage, client and
 // fake servers) per call during the stage runs. ns/op times a stage run
-// and a bare run together; -benchtime 1x takes ~100 s on 2 cores.
+// and a bare run together; -benchtime 1x of all twelve takes ~5 min on 2 cores.
 func BenchmarkEndpointUtilisation(b *testing.B) {
 	const endpoints, slots, g, waves = 4, 64, 8, 96
 	const calls = waves * endpoints * slots
@@ -150,9 +154,15 @@ func BenchmarkEndpointUtilisation(b *testing.B) {
 			if c.tools {
 				name += "_tools"
 			}
-			b.Run(name, func(b *testing.B) {
-				benchUtilisation(b, endpoints, slots, latency, c.turns, c.tools, calls/c.turns/g, g)
-			})
+			for _, conc := range []int{1, 2} {
+				label := "/conc=slots"
+				if conc > 1 {
+					label = fmt.Sprintf("/conc=%dx", conc)
+				}
+				b.Run(name+label, func(b *testing.B) {
+					benchUtilisation(b, endpoints, slots, conc*slots, latency, c.turns, c.tools, calls/c.turns/g, g)
+				})
+			}
 		}
 	}
 }
@@ -160,7 +170,7 @@ func BenchmarkEndpointUtilisation(b *testing.B) {
 // benchUtilisation plays n tasks × g samples of turns calls each per run;
 // with tools, every call before the last is a native tool call (echo) that
 // the loop runs and answers with a tool message.
-func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration, turns int, tools bool, n, g int) {
+func benchUtilisation(b *testing.B, endpoints, slots, conc int, latency time.Duration, turns int, tools bool, n, g int) {
 	ctx := context.Background()
 	s := openStore(b, "mem://")
 	stagetest.ImportTasks(b, s, "train", tasks(n), 4096)
@@ -189,15 +199,15 @@ func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration,
 		srvs[i].SetSlots(slots)
 		srvs[i].Record(false)
 		urls[i] = srvs[i].URL
-		bares[i] = modeltest.NewBare(srvs[i], slots)
+		bares[i] = modeltest.NewBare(srvs[i], conc)
 	}
-	client, err := models.New(models.Config{Endpoints: urls, Model: model, Concurrency: slots,
+	client, err := models.New(models.Config{Endpoints: urls, Model: model, Concurrency: conc,
 		Retry: models.RetryPolicy{Attempts: 1}, Timeout: time.Minute, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := &spanChatter{Client: client}
-	inFlight := 2 * endpoints * slots
+	inFlight := 2 * endpoints * conc
 	dom := stagetest.FakeDomain{}
 	if tools {
 		dom.BaselineSrc = stagetest.DefaultBaseline + "TOOLS = [\"echo\"]\n"
@@ -295,6 +305,7 @@ func benchUtilisation(b *testing.B, endpoints, slots int, latency time.Duration,
 	b.ReportMetric(bareUtil, "bare_utilisation")
 	b.ReportMetric(rate/capacity/bareUtil, "ratio")
 	b.ReportMetric(hold.Seconds()*1e3/total, "slot_hold_ms")
+	b.ReportMetric(hold.Seconds()/(window.Seconds()*float64(endpoints*slots)), "occupancy")
 	b.ReportMetric(cpu*1e6/total, "cpu_us/call")
 }
 
