@@ -17,6 +17,7 @@ import (
 	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/pipeline/ledger"
 	"github.com/whalerun/whale/pipeline/spec"
+	"github.com/whalerun/whale/pipeline/schedule"
 	"github.com/whalerun/whale/schemas"
 	"github.com/whalerun/whale/stages"
 	"github.com/whalerun/whale/storage"
@@ -192,7 +193,15 @@ func artifacts(t *testing.T, s *storage.Store, run string) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
+			pos, err := schedule.ParsePosition(m.Position)
+			if err != nil {
+				t.Fatal(err)
+			}
 			err = schemas.ReadRows(ctx, ra, ra.Size(), func(r schemas.Rollout) error {
+				// Rows say where they ran, for readers outside whale.
+				if r.Schedule == "" || int(r.Round) != pos.Round || r.Section == "" || r.Stage != m.Stage {
+					return fmt.Errorf("row of %s says schedule %q round %d section %q stage %q", m.Dir, r.Schedule, r.Round, r.Section, r.Stage)
+				}
 				k := fmt.Sprintf("%s/%d", r.TaskID, r.Sample)
 				if seen[k] {
 					return fmt.Errorf("episode %s appears twice in %s", k, m.Dir)

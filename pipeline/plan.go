@@ -225,6 +225,8 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 		Run:      pl.Run,
 		Position: d.Position,
 		Seed:     StageSeed(e.Seed, d.Position, p.Stage),
+		// Stamped on rollout rows for readers outside whale; not hashed.
+		Place: stages.Place{Schedule: e.Schedule, Round: d.Round, Section: string(d.Kind)},
 	}
 	model := st.model(pos)
 	p.Model = e.Model.Name

@@ -80,6 +80,24 @@ type Rollout struct {
 	// the OpenAI tools array in JSON; "" when none (or in files of schema
 	// version 1).
 	Tools string `parquet:"tools" json:"tools,omitempty"`
+	// Where the episode ran, so that readers outside whale group rows
+	// without parsing positions. Added in schema version 3: files written
+	// before read them as zero values here, and as NULL in DuckDB with
+	// union_by_name.
+	//
+	// Schedule is the run's schedule ("whale", "fst", "weights-only",
+	// "harness-only", "stagewise"). Round is the alternation round of the
+	// position (r003-… is 3); 0 for the initial pair's test r000-t.
+	// Section says what the position is: "weight" (a weight step's
+	// training rollouts), "harness" (a harness iteration's search-set
+	// evaluation) or "test" (a test after a phase, or of the initial
+	// pair). Stage is the stage that wrote the row ("rollout",
+	// "evaluate"). A writer that was not told the schedule and round (a
+	// stage run outside a planned run) writes Schedule "" and Round -1.
+	Schedule string `parquet:"schedule" json:"schedule,omitempty"`
+	Round    int32  `parquet:"round" json:"round,omitempty"`
+	Section  string `parquet:"section" json:"section,omitempty"`
+	Stage    string `parquet:"stage" json:"stage,omitempty"`
 }
 
 // SFTExample is one training example made from an accepted episode.

@@ -37,7 +37,8 @@ func (e *TraceEvent) approxSize() int64 {
 func (r *Rollout) approxSize() int64 {
 	n := strSize(r.Run) + strSize(r.Position) + strSize(r.ModelID) + strSize(r.HarnessID) +
 		strSize(r.TaskID) + strSize(r.Answer) + strSize(r.FinishReason) + strSize(r.Error) +
-		4 + 8 + 8 + 1 + 4 + 8 + 8 + 8
+		strSize(r.Tools) + strSize(r.Schedule) + strSize(r.Section) + strSize(r.Stage) +
+		4 + 8 + 8 + 1 + 4 + 8 + 8 + 8 + 4
 	for i := range r.Messages {
 		n += r.Messages[i].approxSize()
 	}

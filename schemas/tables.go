@@ -102,7 +102,7 @@ var (
 
 	Rollouts = Table{
 		Name:    "rollouts",
-		Version: 2,
+		Version: 3,
 		Arrow: arrow.NewSchema([]arrow.Field{
 			str("run"),
 			str("position"),
@@ -123,10 +123,17 @@ var (
 			list("messages", messageType),
 			list("trace", traceEventType),
 			str("tools"),
+			str("schedule"),
+			i32("round"),
+			str("section"),
+			str("stage"),
 		}, nil),
-		added: []string{"messages[].reasoning", "messages[].token_ids", "messages[].prompt_token_ids", "tools"},
+		// Version 2 added reasoning, token ids and tools; version 3 the
+		// columns that say where an episode ran.
+		added: []string{"messages[].reasoning", "messages[].token_ids", "messages[].prompt_token_ids", "tools",
+			"schedule", "round", "section", "stage"},
 		row:   reflect.TypeFor[Rollout](),
-		stats: []string{"run", "position", "model_id", "harness_id", "task_id", "finish_reason"},
+		stats: []string{"run", "position", "model_id", "harness_id", "task_id", "finish_reason", "schedule", "section", "stage"},
 	}
 
 	SFT = Table{

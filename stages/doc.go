@@ -7,7 +7,9 @@
 // Contract:
 //   - A Stage is a function of its Identity: the digests of its input
 //     manifests, its canonical config, its seed and its shard count. The
-//     runner hashes these before Run is called.
+//     runner hashes these before Run is called. Spec.Place (schedule,
+//     round, section) only labels the rows a stage writes and is not
+//     hashed.
 //   - Execute runs one shard. A committed stage with the same identity is
 //     a no-op that costs a few object reads; a different identity at the
 //     same position is ErrInputsDiffer unless Spec.Force, which writes a

@@ -51,6 +51,9 @@ type Spec struct {
 	Shard    int
 	Force    bool         // write a new attempt even if one is committed
 	Log      *slog.Logger // nil means slog.Default()
+	// Place labels the rows the stage writes (see Place); it is not
+	// hashed.
+	Place Place
 }
 
 // Result says what Execute did.
@@ -229,7 +232,7 @@ func runShard(ctx context.Context, s *storage.Store, a *storage.Attempt, spec Sp
 	}
 	x := &Exec{Run: spec.Run, Position: spec.Position, Stage: st.Name(), Attempt: a.Folder.Attempt,
 		Shard: spec.Shard, Shards: a.Identity.Shards, Seed: spec.Seed, Config: spec.Config, Inputs: inputs,
-		Log: log, store: s, shard: sw, config: a.Identity.Config}
+		Place: spec.Place, Log: log, store: s, shard: sw, config: a.Identity.Config}
 	if err := call(ctx, st, x); err != nil {
 		sw.Abort()
 		return false, fmt.Errorf("stage %s at %s, shard %d of %d: %w", st.Name(), spec.Position, spec.Shard, x.Shards, err)

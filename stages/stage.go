@@ -27,6 +27,20 @@ type Merger interface {
 	MergeSummaries(parts []map[string]any) (map[string]any, error)
 }
 
+// Place says where a stage execution sits in its run's plan, in words a
+// reader of its rows groups by without parsing positions (the position
+// grammar is the planner's, and a stage does not import the planner).
+// It is a label, not part of the stage's identity: it follows from the
+// run's frozen spec and the position, which are, and a stage must not
+// compute anything differently because of it. The zero value means
+// unknown (a stage run outside a planned run): rows then say schedule ""
+// and round -1.
+type Place struct {
+	Schedule string // the run's schedule, e.g. "whale" or "weights-only"
+	Round    int    // the alternation round of the position; 0 for r000-t
+	Section  string // "weight", "harness" or "test"
+}
+
 // Exec is what a running shard sees: where it runs, its inputs and config,
 // and where to write. It is valid only during Run.
 type Exec struct {
@@ -42,7 +56,9 @@ type Exec struct {
 	Config any
 	// Inputs are the committed manifests of the stage's inputs, by name.
 	Inputs map[string]*storage.Manifest
-	Log    *slog.Logger
+	// Place is Spec.Place: where the execution sits in its run's plan.
+	Place Place
+	Log   *slog.Logger
 
 	store  *storage.Store
 	shard  *storage.ShardWriter

@@ -64,23 +64,65 @@ func tableRows(m *storage.Manifest) string {
 type lsOptions struct {
 	Root string
 	Run  string // "" lists runs and datasets
+
+	// Files lists the committed files of Run instead of its stages: those
+	// of table Table, of stage Stage when set, in Format (filesList,
+	// filesJSON or filesDuckDB, whose view is called View, or Table).
+	Files  bool
+	Stage  string
+	Table  string
+	Format string
+	View   string
 }
 
 func lsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "ls",
-		Usage:     "list committed stages of a run with rows and sizes; without RUN, the runs and datasets",
+		Usage:     "list committed stages of a run with rows and sizes, or its committed files (--files); without RUN, the runs and datasets",
 		ArgsUsage: "[RUN]",
 		Description: `Only committed folders are listed: a stage whose _MANIFEST.json is not
-written yet (running, or left by a crash) does not exist for readers.`,
-		Flags: []cli.Flag{rootFlag()},
+written yet (running, or left by a crash) does not exist for readers.
+
+With --files, whale ls RUN prints the files outside readers (DuckDB,
+pyarrow, polars) should read: those named by the newest committed attempt
+of each stage at each position. Globbing the bucket
+(runs/*/stages/*/rollouts-*.parquet) is unsafe: it also reads attempts
+replaced by whale stage --force and the leftovers of crashed tries.
+  --format list    one URL a line (file:///abs/path or s3://bucket/prefix/key)
+  --format json    an array of {file, run, position, stage, attempt, table,
+                   shard, rows, size, sha256}
+  --format duckdb  a CREATE VIEW over read_parquet([...]) that DuckDB runs as
+                   it is: local paths for file:// roots; for s3:// a secret
+                   that takes credentials from the AWS credential chain
+                   (whale never prints one) with the root's endpoint settings
+
+Examples:
+  whale ls chess-whale --files --root file:///data/whale
+  whale ls chess-whale --files --stage evaluate --format json
+  whale ls chess-whale --files --format duckdb | duckdb whale.db`,
+		Flags: []cli.Flag{
+			rootFlag(),
+			&cli.BoolFlag{Name: "files", Usage: "print RUN's committed files instead of its stages"},
+			&cli.StringFlag{Name: "stage", Usage: "with --files: only the files of `STAGE` stages (rollout, evaluate, ...)"},
+			&cli.StringFlag{Name: "table", Value: defaultFilesTable, Usage: "with --files: the files of `TABLE`"},
+			&cli.StringFlag{Name: "format", Value: filesList, Usage: "with --files: `FORMAT` " + strings.Join(filesFormats, ", ")},
+			&cli.StringFlag{Name: "view", Usage: "with --format duckdb: the view's `NAME` (default: the table's)"},
+		},
 		Action: action(func(c *cli.Context, args []string) error {
 			if len(args) > 1 {
 				return usagef("ls takes at most one run name, got %d arguments", len(args))
 			}
-			o := lsOptions{Root: c.String("root")}
+			o := lsOptions{Root: c.String("root"), Files: c.Bool("files"), Stage: c.String("stage"),
+				Table: c.String("table"), Format: c.String("format"), View: c.String("view")}
 			if len(args) == 1 {
 				o.Run = args[0]
+			}
+			if !o.Files {
+				for _, f := range []string{"stage", "table", "format", "view"} {
+					if c.IsSet(f) {
+						return usagef("--%s goes with --files", f)
+					}
+				}
 			}
 			return runLs(c.Context, o, c.App.Writer)
 		}),
@@ -88,11 +130,17 @@ written yet (running, or left by a crash) does not exist for readers.`,
 }
 
 func runLs(ctx context.Context, o lsOptions, out io.Writer) error {
+	if o.Files && o.Run == "" {
+		return usagef("ls --files lists the files of one run: whale ls RUN --files")
+	}
 	store, err := openRoot(ctx, o.Root)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	if o.Files {
+		return listFiles(ctx, store, o, out)
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	if o.Run != "" {

@@ -123,6 +123,8 @@ func TestREADMECommands(t *testing.T) {
 			exitOK, []string{"chess-whale", "lease"}},
 		{"whale ls [RUN] --root URL", []string{"chess-whale", root}, nil,
 			exitOK, []string{"(no committed stages yet)"}},
+		{"whale ls RUN --files [--stage S] [--table T] [--format list|json|duckdb]", []string{"chess-whale", "rollout", "rollouts", "json"}, []string{"--root", root},
+			exitOK, []string{"[]"}},
 		{"whale show STAGE-OR-FILE [--rows N]", []string{"datasets/lichess-train", "1"}, []string{"--root", root},
 			exitOK, []string{"table tasks", "... 4 more rows"}},
 		{"whale data import FILE --name N --root URL", []string{puzzlesCSV, "my-puzzles", root}, nil,

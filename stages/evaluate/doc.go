@@ -13,7 +13,10 @@
 //     order, then row order, after the split filter, cut to Limit (0: all).
 //     Seeds are play.Seed(stage seed, task id, sample): the same for every
 //     candidate, so candidates meet the same draws.
-//   - Outputs per shard: rollouts.parquet (every episode, streamed) and
+//   - Outputs per shard: rollouts.parquet (every episode, streamed; rows
+//     carry stage "evaluate", section "harness" in mode search and "test"
+//     in mode test unless Spec.Place says another, and the schedule and
+//     round of Spec.Place, which is not hashed) and
 //     evals.parquet (one schemas.Eval per (harness, model, task), scored by
 //     metrics.Accumulator with k = Samples).
 //   - Shards split the tasks: task i of the list goes to shard i mod n, so

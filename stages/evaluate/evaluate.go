@@ -62,6 +62,15 @@ type Config struct {
 	Split string `json:"split,omitempty"`
 }
 
+// section is what the rows of an evaluation in mode are, for a stage
+// that was not told its place: a harness iteration's search, or a test.
+func section(mode string) string {
+	if mode == ModeTest {
+		return play.SectionTest
+	}
+	return play.SectionHarness
+}
+
 func (c *Config) check(dom episode.Domain) error {
 	if dom == nil {
 		return errors.New("the stage has no domain")
@@ -151,7 +160,7 @@ func (s *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	log.Info("evaluate shard starting", "mode", cfg.Mode, "candidates", len(cands), "tasks", len(mine),
 		"of", len(tasks.List), "k", k, "episodes", perCand*len(cands))
 
-	w, err := play.NewRolloutWriter(ctx, x, "rollouts.parquet", play.Meta(x))
+	w, err := play.NewRolloutWriter(ctx, x, "rollouts.parquet", play.Meta(x), section(cfg.Mode))
 	if err != nil {
 		return err
 	}

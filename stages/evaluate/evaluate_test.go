@@ -123,6 +123,11 @@ func TestEvaluateCandidates(t *testing.T) {
 		if len(rows) != 3*n {
 			t.Fatalf("%d rollouts, want %d", len(rows), 3*n)
 		}
+		for _, r := range rows {
+			if r.Stage != Name || r.Section != "harness" {
+				t.Fatalf("a search evaluation's row says stage %q section %q", r.Stage, r.Section)
+			}
+		}
 		evals := stagetest.ReadTable[schemas.Eval](t, s, m, "evals")
 		if len(evals) != 3*n {
 			t.Fatalf("%d evals, want %d", len(evals), 3*n)
@@ -212,15 +217,24 @@ func TestEvaluateCandidates(t *testing.T) {
 
 		// The same evaluation as three shards (one shard gets 2 tasks):
 		// evals are final per shard, the frontier is merged at commit.
+		// Each shard is told the schedule and round; the section is the
+		// stage's own.
 		var m *storage.Manifest
 		for shard := range 3 {
-			res, err := stages.Execute(ctx, s, spec("r001-h03", cfg, 3, shard, cands), newStage(t, s, srv))
+			sp := spec("r001-h03", cfg, 3, shard, cands)
+			sp.Place = stages.Place{Schedule: "whale", Round: 1}
+			res, err := stages.Execute(ctx, s, sp, newStage(t, s, srv))
 			if err != nil {
 				t.Fatal(err)
 			}
 			m = res.Manifest
 		}
 		check(t, s, m, 3)
+		for _, r := range stagetest.ReadTable[schemas.Rollout](t, s, m, "rollouts") {
+			if r.Schedule != "whale" || r.Round != 1 {
+				t.Fatalf("row says schedule %q round %d", r.Schedule, r.Round)
+			}
+		}
 	})
 }
 
@@ -246,6 +260,11 @@ func TestEvaluateTestMode(t *testing.T) {
 	m := res.Manifest
 	if got := m.Rows("rollouts"); got != 2*n*8 {
 		t.Fatalf("%d rollouts, want %d", got, 2*n*8)
+	}
+	for _, r := range stagetest.ReadTable[schemas.Rollout](t, s, m, "rollouts") {
+		if r.Stage != Name || r.Section != "test" || r.Schedule != "" || r.Round != -1 {
+			t.Fatalf("a test evaluation's row says stage %q section %q schedule %q round %d", r.Stage, r.Section, r.Schedule, r.Round)
+		}
 	}
 	h0 := harness.SourceID([]byte(stagetest.DefaultBaseline))
 	for _, e := range stagetest.ReadTable[schemas.Eval](t, s, m, "evals") {

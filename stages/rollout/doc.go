@@ -29,7 +29,9 @@
 //   - Rows: exactly one per job, failed episodes included (their error in
 //     the error column); model_id is what the server reported, else
 //     Config.ModelName. Memory stays flat in the number of episodes: rows
-//     stream to the file as they finish, in job order.
+//     stream to the file as they finish, in job order. Every row carries
+//     stage "rollout", section "weight" (unless Spec.Place says another)
+//     and the schedule and round of Spec.Place, which is not hashed.
 //   - A harness that does not load, a tasks file that is not a tasks
 //     table, or a task of another domain fails the shard before any
 //     episode runs.

@@ -126,7 +126,7 @@ func (s *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	log.Info("rollout shard starting", "harness", h.ID(), "tasks", len(tasks.List), "of", tasks.Total,
 		"from", tasks.Start, "samples", g, "episodes", mine)
 
-	w, err := play.NewRolloutWriter(ctx, x, "rollouts.parquet", play.Meta(x))
+	w, err := play.NewRolloutWriter(ctx, x, "rollouts.parquet", play.Meta(x), play.SectionWeight)
 	if err != nil {
 		return err
 	}

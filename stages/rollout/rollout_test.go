@@ -114,6 +114,10 @@ func TestRolloutShards(t *testing.T) {
 			if len(r.Messages) == 0 || len(r.Trace) == 0 {
 				t.Fatalf("row %v has no transcript or trace", k)
 			}
+			// Not told its place, the stage still knows what it computes.
+			if r.Stage != Name || r.Section != "weight" || r.Schedule != "" || r.Round != -1 {
+				t.Fatalf("row %v: stage %q section %q schedule %q round %d", k, r.Stage, r.Section, r.Schedule, r.Round)
+			}
 		}
 		for i := range n {
 			for sm := range g {
@@ -148,6 +152,35 @@ func TestRolloutShards(t *testing.T) {
 			t.Fatalf("rerun called the model %d times", srv.Calls()-calls)
 		}
 	})
+}
+
+// Spec.Place labels every row and is not part of the identity: the same
+// rollout without it is the committed stage, and nothing runs again.
+func TestRolloutPlace(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, "mem://")
+	stagetest.ImportTasks(t, s, "train", tasks(3), 3)
+	srv := modeltest.NewServer(t, stagetest.Policy)
+	cfg := Config{Domain: "fake", Harness: "h0", ModelName: model, Samples: 2}
+	sp := spec("r004-w03", cfg, 1, 1, 0)
+	sp.Place = stages.Place{Schedule: "fst", Round: 4, Section: "weight"}
+	res, err := stages.Execute(ctx, s, sp, newStage(t, s, srv))
+	if err != nil || !res.Committed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	rows := stagetest.ReadTable[schemas.Rollout](t, s, res.Manifest, "rollouts")
+	if len(rows) != 6 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	for _, r := range rows {
+		if r.Schedule != "fst" || r.Round != 4 || r.Section != "weight" || r.Stage != "rollout" || r.Position != "r004-w03" {
+			t.Fatalf("row %+v", r)
+		}
+	}
+	again, err := stages.Execute(ctx, s, spec("r004-w03", cfg, 1, 1, 0), newStage(t, s, srv))
+	if err != nil || !again.Skipped || again.InputDigest != res.InputDigest {
+		t.Fatalf("the same rollout without a place: %+v %v (committed %s)", again, err, res.InputDigest)
+	}
 }
 
 // The window takes Limit tasks from Offset in file order, wrapping, after

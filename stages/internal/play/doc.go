@@ -15,6 +15,9 @@
 //     pure function of the seed and the epoch that all the windows of a
 //     run agree on (Window.Indices).
 //   - Seed is a pure function of (stage seed, task id, sample).
+//   - RolloutWriter stamps every row with where it ran (schedule, round,
+//     section, stage: schemas.Rollout); the stage passes the section it
+//     computes, which Exec.Place overrides.
 //   - A harness reference is "h0" (the domain's baseline) or a content id
 //     "sha256:<hex>" read from the archive; what runs always carries its
 //     real id.

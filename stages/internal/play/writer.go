@@ -1,6 +1,7 @@
 package play
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -12,9 +13,18 @@ import (
 // RolloutWriter streams rollout rows into one stage file. Memory is one
 // row group, whatever the number of episodes.
 type RolloutWriter struct {
-	pw *storage.PartWriter
-	w  *schemas.Writer[schemas.Rollout]
+	pw    *storage.PartWriter
+	w     *schemas.Writer[schemas.Rollout]
+	place schemas.Rollout // the columns that say where the episodes ran
 }
+
+// Sections of a rollouts row (schemas.Rollout.Section): what a stage
+// that was not told its place knows it computes.
+const (
+	SectionWeight  = "weight"  // a weight step's training rollouts
+	SectionHarness = "harness" // a harness iteration's search-set evaluation
+	SectionTest    = "test"    // a test of a (model, harness) pair
+)
 
 // RowGroupRows caps the rows of a rollouts row group. Rows with messages
 // and traces are large, so a row group is cut by bytes long before this;
@@ -22,7 +32,15 @@ type RolloutWriter struct {
 const RowGroupRows = 4096
 
 // NewRolloutWriter starts file (e.g. "rollouts.parquet") of x's shard.
-func NewRolloutWriter(ctx context.Context, x *stages.Exec, file string, meta map[string]string) (*RolloutWriter, error) {
+// Every row it writes gets the columns that say where the episode ran:
+// the schedule and round of x.Place (round -1 when x.Place gives neither),
+// its section or else section (what the stage knows it computes), and
+// x.Stage.
+func NewRolloutWriter(ctx context.Context, x *stages.Exec, file string, meta map[string]string, section string) (*RolloutWriter, error) {
+	place := schemas.Rollout{Schedule: x.Place.Schedule, Round: int32(x.Place.Round), Section: cmp.Or(x.Place.Section, section), Stage: x.Stage}
+	if x.Place.Schedule == "" && x.Place.Round == 0 {
+		place.Round = -1 // not told: not the initial pair's round 0
+	}
 	pw, err := x.Create(ctx, file)
 	if err != nil {
 		return nil, err
@@ -32,11 +50,12 @@ func NewRolloutWriter(ctx context.Context, x *stages.Exec, file string, meta map
 		pw.Abort()
 		return nil, fmt.Errorf("write %s: %w", pw.Key(), err)
 	}
-	return &RolloutWriter{pw: pw, w: w}, nil
+	return &RolloutWriter{pw: pw, w: w, place: place}, nil
 }
 
-// Write appends one row.
+// Write appends one row, with the writer's place columns.
 func (w *RolloutWriter) Write(r schemas.Rollout) error {
+	r.Schedule, r.Round, r.Section, r.Stage = w.place.Schedule, w.place.Round, w.place.Section, w.place.Stage
 	if err := w.w.Write(r); err != nil {
 		return fmt.Errorf("write %s: %w", w.pw.Key(), err)
 	}
