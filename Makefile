@@ -21,7 +21,7 @@ BENCH ?= .
 
 export WHALE_VERSITYGW := $(VERSITYGW)
 
-.PHONY: all build test test-short bench lint demo tools torch slurm chromium deps clean
+.PHONY: all build test test-short bench lint demo tools torch slurm chromium bubblewrap deps clean
 
 all: build
 
@@ -33,7 +33,7 @@ build: deps
 
 # versitygw is the S3-compatible server the integration tests run against;
 # it is built from the Go module proxy (see ../shared/reference/TESTBED.md).
-tools: $(VERSITYGW) torch slurm chromium
+tools: $(VERSITYGW) torch slurm chromium bubblewrap
 
 # A real single-node Slurm (Debian's slurm-wlm and munge) for the
 # scale-out tests; internal/slurmtest starts and stops it. Needs root.
@@ -54,6 +54,17 @@ chromium:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
 		{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
 	else echo "chromium is missing and this is not root: the report rendering test will skip (and fail under CI=true)"; fi
+
+# Debian's bubblewrap (bwrap) sandboxes the model-written Python of the
+# math domain's local code interpreter (domains/math); without it that
+# runner refuses to run code. Needs root.
+bubblewrap:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing bubblewrap for the local Python sandbox"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null; }; \
+	else echo "bubblewrap is missing and this is not root: the local Python sandbox tests will skip (and fail under CI=true)"; fi
 
 # PyTorch (Debian 12: torch 1.13.1, CPU) for the reference trainer's tests
 # in jobs/trainers, and jinja2 (which python3-torch does not pull in) for

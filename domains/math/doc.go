@@ -12,13 +12,20 @@
 //     The program's own failures (an exception, a timeout, running out of
 //     memory) are a RunResult with Status error, timeout or oom and a nil
 //     error; an error means the tool itself failed (the sandbox service is
-//     down after retries, python3 or unshare is missing) or ctx ended.
-//     Output beyond the runner's limit is cut and Truncated is set.
+//     down after retries, bwrap cannot start) or ctx ended. Output beyond
+//     the runner's limit is cut and Truncated is set.
 //   - SandboxFusion talks to a SandboxFusion-compatible service
-//     (POST /run_code); LocalPython runs python3 here, in a fresh temporary
-//     directory, with a minimal environment (nothing of the parent's, so no
-//     credentials), an address-space limit, a time limit that kills the
-//     whole process group, and no network (a new network namespace).
+//     (POST /run_code); LocalPython runs python3 here under bubblewrap:
+//     own user, mount, PID and network namespaces; a read-only view of
+//     /usr, the loader's files of /etc and the interpreter's prefix (no
+//     /home, /root, bucket or host /proc); a private size-limited /tmp; an
+//     empty environment but for a fixed few variables (so no credentials);
+//     uid 65534 without capabilities (whale as root starts bwrap as that
+//     user, so RLIMIT_NPROC holds); rlimits on address space, CPU time,
+//     processes, open files and file size; and a wall-clock limit whose
+//     kill ends the PID namespace, so no descendant outlives the run.
+//     Where that isolation cannot be had (no bwrap, no user namespaces)
+//     NewLocalPython fails with ErrNoSandbox: use SandboxFusion.
 //   - The environment (env.go) grades an answer that contains \boxed{} with
 //     Verify and a bare answer as if it were boxed; a python tool action
 //     runs through the CodeRunner, its output cut to MAX_OUTPUT_CHARS.
