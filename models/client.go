@@ -366,7 +366,8 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, body []byte) (*Respo
 	}
 	hres, err := c.hc.Do(req)
 	if err != nil {
-		return nil, c.transportError(ctx, actx, err, nil, false)
+		// net/http's error quotes the request URL, query and all.
+		return nil, c.transportError(ctx, actx, redact.Error(err), nil, false)
 	}
 	defer hres.Body.Close()
 	if hres.StatusCode >= 400 {

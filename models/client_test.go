@@ -693,3 +693,28 @@ func TestBaseURLForms(t *testing.T) {
 		}
 	}
 }
+
+// A secret in an endpoint's query is not in the error of a failed call,
+// though net/http quotes the request URL in its own.
+func TestEndpointQueryNeverLeaks(t *testing.T) {
+	const secret = "LEAKs3cr3tQuery"
+	srv := modeltest.NewServer(t, modeltest.Always(modeltest.Reply{Fault: modeltest.FaultDrop}))
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := newClient(t, models.Config{Endpoints: []string{srv.URL + "?api_key=" + secret}, Logger: logger,
+		Cooldown: models.CooldownPolicy{Failures: 1, Duration: time.Millisecond}})
+	_, err := c.Chat(context.Background(), hello())
+	if models.KindOf(err) != models.KindConnection {
+		t.Fatalf("err %v, want a connection error", err)
+	}
+	var me *models.Error
+	errors.As(err, &me)
+	for _, s := range []string{err.Error(), fmt.Sprintf("%+v", err), me.Message, fmt.Sprint(me.Err), logs.String()} {
+		if strings.Contains(s, secret) {
+			t.Fatalf("the endpoint's secret leaked in %q", s)
+		}
+	}
+	if !strings.Contains(me.Message, "api_key=REDACTED") {
+		t.Errorf("message %q does not show the redacted URL", me.Message)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/pipeline/slurmsubmit"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/scheduler/slurm"
@@ -79,6 +78,9 @@ go into the run's ledger; 'whale status RUN' shows them.
 Scripts carry the root URL, the run name and the whale binary's path, never
 credentials: sbatch hands the submitting environment to the job
 (--export=ALL, Slurm's default), which is how AWS_* and the like reach it.
+A --root with user info, a fragment, a query that does not parse strictly,
+or a query parameter other than the bucket's configuration (endpoint,
+region, use_path_style, prefix, ...) is refused.
 Resources apply to every job of the submission (the commit job drops
 GPUs, CPUs and memory).`,
 			Flags: []cli.Flag{
@@ -167,8 +169,8 @@ func runSubmitSlurm(ctx context.Context, o submitOptions, out io.Writer) error {
 	if o.Root == "" {
 		return usagef("no bucket given: pass --root URL or set WHALE_ROOT")
 	}
-	if redact.URL(o.Root) != o.Root {
-		return usagef("--root %s carries a credential, which would be stored with every job script: put it in the environment", redact.URL(o.Root))
+	if err := slurmsubmit.CheckRoot(o.Root); err != nil {
+		return usageError{fmt.Errorf("--%w", err)}
 	}
 	store, pl, err := openPlanner(ctx, runOptions{Root: o.Root, Run: o.Run})
 	if err != nil {

@@ -78,6 +78,33 @@ eval: {k: 1}
 	whale(t, "submit", "slurm", "--root", "s3://b?endpoint=http://127.0.0.1:1&secret_access_key=hunter2", "sharded").mustCode(t, exitUsage, "credential")
 }
 
+// A --root with a secret anywhere a URL can hide one is refused before
+// the root is opened or a script rendered, and the message neither shows
+// the secret nor fails to say where credentials go.
+func TestSubmitSlurmRefusesSecretRoot(t *testing.T) {
+	fake := slurm.NewFake()
+	old := newScheduler
+	newScheduler = func() slurm.Scheduler { return fake }
+	t.Cleanup(func() { newScheduler = old })
+	const secret = "hunter2hunter2"
+	for _, root := range []string{
+		"s3://b?region=x&secret=" + secret + "%zz",
+		"s3://b?region=x;secret=" + secret,
+		"s3://b?endpoint=http://127.0.0.1:1/%3Ftoken%3D" + secret,
+		"s3://k:" + secret + "@b?region=x",
+		"s3://b?region=x#" + secret,
+	} {
+		res := whale(t, "submit", "slurm", "--dry-run", "--whale", "/opt/whale", "--root", root, "sharded")
+		res.mustCode(t, exitUsage, "--root URL", "cannot go into a job script", "through the environment")
+		if strings.Contains(res.stdout+res.stderr+fmt.Sprint(res.err), secret) {
+			t.Errorf("--root %s: the secret is in the output:\n%s%s%v", root, res.stdout, res.stderr, res.err)
+		}
+	}
+	if len(fake.Scripts()) != 0 {
+		t.Errorf("%d jobs submitted", len(fake.Scripts()))
+	}
+}
+
 func TestParseTimeLimit(t *testing.T) {
 	tests := []struct {
 		in   string

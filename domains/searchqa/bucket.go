@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -114,8 +115,20 @@ func storedIndex(name string, m *storage.Manifest) (*StoredIndex, error) {
 		return nil, fmt.Errorf("%s: %d files, %d of table %s; want one archive", m.Key, len(m.Files), len(files), archiveTable)
 	}
 	si.Archive = m.Files[0]
+	// The summary bounds what DownloadIndex unpacks.
+	files, bytes := storage.SummaryNumber(m.Summary, sumFiles), storage.SummaryNumber(m.Summary, sumBytes)
+	if files < 1 || files > maxFiles || files != math.Trunc(files) || bytes < 1 || bytes > maxUnpacked || bytes != math.Trunc(bytes) {
+		return nil, fmt.Errorf("%s: summary says %v files, %v unpacked bytes; want whole numbers from 1 to %d and %d: rebuild the index with whale index build",
+			m.Key, m.Summary[sumFiles], m.Summary[sumBytes], maxFiles, int64(maxUnpacked))
+	}
 	return si, nil
 }
+
+// Sanity bounds on a stored index's summary, far above any real index.
+const (
+	maxFiles    = 1 << 24
+	maxUnpacked = 1 << 50
+)
 
 // UploadIndex packs the index directory dir (built by BuildIndex and not
 // open for writing) and commits it as name. Uploading an index of the same
@@ -291,9 +304,14 @@ func OpenStored(ctx context.Context, store *storage.Store, name, cacheDir string
 // directory under cacheDir and returns that directory (open it with
 // OpenIndex) and the index's manifest. The directory is named by the corpus
 // digest and format version, so a later call, by this or another process,
-// reuses it without a download. The archive is checked against the size
-// and sha256 its manifest records and extracted into a temporary directory
-// that is renamed into place, so the cache never holds half an index.
+// reuses it without a download.
+//
+// Nothing unverified is unpacked: the archive is first downloaded into a
+// temporary file, no more than the size its manifest records, and its
+// sha256 compared with the manifest's; only then is it extracted, into a
+// temporary directory that is renamed into place, so the cache never holds
+// half an index. Extraction writes at most the files and bytes the
+// manifest's summary records, and stops at the first entry beyond them.
 func DownloadIndex(ctx context.Context, store *storage.Store, name, cacheDir string) (string, *StoredIndex, error) {
 	si, err := ReadStoredIndex(ctx, store, name)
 	if err != nil {
@@ -339,6 +357,8 @@ func cached(dir string, si *StoredIndex) (bool, error) {
 	return true, nil
 }
 
+// fetchInto downloads and checks si's archive, then unpacks it into final
+// (see DownloadIndex).
 func fetchInto(ctx context.Context, store *storage.Store, si *StoredIndex, cacheDir, final string) error {
 	tmp, err := os.MkdirTemp(cacheDir, ".download-*")
 	if err != nil {
@@ -346,31 +366,35 @@ func fetchInto(ctx context.Context, store *storage.Store, si *StoredIndex, cache
 	}
 	defer os.RemoveAll(tmp)
 	a := si.Archive
-	r, err := si.Manifest.NewFileReader(ctx, store, a)
-	if err != nil {
-		return retry.Permanent(err) // the store has retried it
-	}
-	defer r.Close()
-	h := sha256.New()
-	cr := &countReader{r: io.TeeReader(r, h)}
-	if err := unpack(ctx, cr, tmp); err != nil {
-		return fmt.Errorf("unpack %s: %w", a.Name, err)
-	}
-	// Read any padding after the tar trailer so the digest covers it all.
-	if _, err := io.Copy(io.Discard, cr); err != nil {
+	archive := filepath.Join(tmp, "archive")
+	if err := downloadArchive(ctx, store, si, archive); err != nil {
 		return err
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != a.SHA256 || cr.n != a.Size {
-		return fmt.Errorf("archive %s is %d bytes with digest %s; the manifest says %d bytes, %s", a.Name, cr.n, got, a.Size, a.SHA256)
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
 	}
-	info, err := ReadIndexInfo(tmp)
+	defer f.Close()
+	dir := filepath.Join(tmp, "index")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	lim := unpackLimits{Files: si.Files, Bytes: si.UnpackedBytes}
+	files, bytes, err := unpack(ctx, f, dir, lim)
+	if err != nil {
+		return fmt.Errorf("unpack %s: %w", a.Name, err)
+	}
+	if files != lim.Files || bytes != lim.Bytes {
+		return fmt.Errorf("archive %s unpacks to %d files, %d bytes; the manifest says %d files, %d bytes", a.Name, files, bytes, lim.Files, lim.Bytes)
+	}
+	info, err := ReadIndexInfo(dir)
 	if err != nil {
 		return err
 	}
 	if info.CorpusDigest != si.CorpusDigest {
 		return fmt.Errorf("archive %s holds corpus %s; the manifest says %s", a.Name, info.CorpusDigest, si.CorpusDigest)
 	}
-	if err := os.Rename(tmp, final); err != nil {
+	if err := os.Rename(dir, final); err != nil {
 		// Another process may have put the same index there first.
 		if ok, cerr := cached(final, si); ok {
 			return nil
@@ -382,67 +406,130 @@ func fetchInto(ctx context.Context, store *storage.Store, si *StoredIndex, cache
 	return nil
 }
 
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// unpack extracts a tar+zstd stream into dir, accepting only plain files
-// and directories that stay inside dir.
-func unpack(ctx context.Context, r io.Reader, dir string) error {
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+// downloadArchive copies si's archive into the new file dst, reading no
+// more than the size the manifest records, and checks its size and sha256
+// against the manifest. A mismatch is an error and dst must not be used.
+func downloadArchive(ctx context.Context, store *storage.Store, si *StoredIndex, dst string) error {
+	a := si.Archive
+	r, err := si.Manifest.NewFileReader(ctx, store, a)
+	if err != nil {
+		return retry.Permanent(err) // the store has retried it
+	}
+	defer r.Close()
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
+	h := sha256.New()
+	// One byte more than the manifest's size tells a longer archive apart.
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, a.Size+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("download archive %s: %w", a.Name, err)
+	}
+	if n > a.Size {
+		return fmt.Errorf("archive %s is larger than the %d bytes the manifest says; refused before unpacking", a.Name, a.Size)
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != a.SHA256 || n != a.Size {
+		return fmt.Errorf("archive %s is %d bytes with digest %s; the manifest says %d bytes, %s; refused before unpacking", a.Name, n, got, a.Size, a.SHA256)
+	}
+	return nil
+}
+
+// unpackLimits bound what unpack writes: the files and bytes a stored
+// index's manifest says its archive holds.
+type unpackLimits struct {
+	Files int   // regular files; as many directories are allowed
+	Bytes int64 // the files' total size
+}
+
+// maxWindow bounds the memory the zstd decoder takes for its window:
+// packDir writes 8 MiB windows, and the decoder would otherwise allow a
+// frame to ask for 512 MiB.
+const maxWindow = 64 << 20
+
+// maxDepth bounds how deep an archive entry lies: an index is bleve's
+// files and one store/ directory.
+const maxDepth = 8
+
+// unpack extracts a tar+zstd stream into dir, accepting only plain files
+// and directories that stay inside dir, and no more of them, nor more
+// bytes, than lim allows: an entry that would go beyond a limit is refused
+// before anything of it is written. It returns the files and bytes it
+// wrote.
+func unpack(ctx context.Context, r io.Reader, dir string, lim unpackLimits) (files int, bytes int64, err error) {
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow))
+	if err != nil {
+		return 0, 0, err
+	}
 	defer zr.Close()
 	tr := tar.NewReader(zr)
+	dirs := 0
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return files, bytes, err
 		}
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			return nil
+			return files, bytes, nil
 		}
 		if err != nil {
-			return err
+			return files, bytes, err
 		}
 		name := path.Clean(strings.TrimSuffix(hdr.Name, "/"))
 		if !fs.ValidPath(name) || name == "." {
-			return fmt.Errorf("archive entry %q is not a relative path inside the index", hdr.Name)
+			return files, bytes, fmt.Errorf("archive entry %q is not a relative path inside the index", hdr.Name)
+		}
+		if strings.Count(name, "/") >= maxDepth {
+			// Each would make its parent directories, uncounted.
+			return files, bytes, fmt.Errorf("archive entry %q is more than %d levels deep", hdr.Name, maxDepth)
 		}
 		dst := filepath.Join(dir, filepath.FromSlash(name))
 		switch hdr.Typeflag {
 		case tar.TypeDir:
+			if dirs++; dirs > lim.Files {
+				return files, bytes, fmt.Errorf("archive entry %q: more directories than the %d files the manifest records", hdr.Name, lim.Files)
+			}
 			if err := os.MkdirAll(dst, 0o755); err != nil {
-				return err
+				return files, bytes, err
 			}
 		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
+			if files >= lim.Files {
+				return files, bytes, fmt.Errorf("archive entry %q: more than the %d files the manifest records", hdr.Name, lim.Files)
 			}
-			f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			if hdr.Size < 0 || hdr.Size > lim.Bytes-bytes {
+				return files, bytes, fmt.Errorf("archive entry %q is %d bytes, which with the %d unpacked before it exceeds the %d bytes the manifest records",
+					hdr.Name, hdr.Size, bytes, lim.Bytes)
+			}
+			n, err := writeEntry(dst, io.LimitReader(tr, hdr.Size))
+			files++
+			bytes += n
 			if err != nil {
-				return err
-			}
-			n, err := io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", hdr.Name, err)
+				return files, bytes, fmt.Errorf("%s: %w", hdr.Name, err)
 			}
 			if n != hdr.Size {
-				return fmt.Errorf("%s: %d bytes, header says %d", hdr.Name, n, hdr.Size)
+				return files, bytes, fmt.Errorf("%s: %d bytes, header says %d", hdr.Name, n, hdr.Size)
 			}
 		default:
-			return fmt.Errorf("archive entry %q has type %q; only files and directories are allowed", hdr.Name, hdr.Typeflag)
+			return files, bytes, fmt.Errorf("archive entry %q has type %q; only files and directories are allowed", hdr.Name, hdr.Typeflag)
 		}
 	}
+}
+
+// writeEntry creates the file dst, which must not exist, with r's bytes.
+func writeEntry(dst string, r io.Reader) (int64, error) {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return 0, err
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
 }

@@ -207,7 +207,7 @@ func TestUnpackRejectsUnsafeEntries(t *testing.T) {
 			parent := t.TempDir()
 			dir := filepath.Join(parent, "x")
 			os.Mkdir(dir, 0o755)
-			err := unpack(context.Background(), &buf, dir)
+			_, _, err := unpack(context.Background(), &buf, dir, unpackLimits{Files: 10, Bytes: 1 << 20})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want %q", err, tc.want)
 			}

@@ -22,9 +22,11 @@
 //     indexes/<name>/ through storage's commit protocol, as a dataset is:
 //     one tar+zstd archive, then _MANIFEST.json (its size and sha256, the
 //     corpus digest and format) written last with a create-only write.
-//     OpenStored, the one way to open a stored index, checks the archive
-//     against the manifest while unpacking it into a cache directory named
-//     by the corpus digest, reused on later calls.
+//     OpenStored, the one way to open a stored index, downloads the archive
+//     to a temporary file and checks its size and sha256 against the
+//     manifest before unpacking a byte of it, then unpacks it into a cache
+//     directory named by the corpus digest, reused on later calls, writing
+//     no more files and bytes than the manifest's summary records.
 //
 //   - NewDomain is the episode environment (env.go): searches go through
 //     the Retriever, answers are graded by exact match.

@@ -39,7 +39,8 @@ type Resources struct {
 
 // Options say how the jobs run whale.
 type Options struct {
-	// Root is the bucket URL the jobs open; it must carry no credential.
+	// Root is the bucket URL the jobs open; it must carry no credential
+	// (CheckRoot).
 	Root string
 	// Whale is the path of the whale binary on the compute nodes.
 	Whale string
@@ -51,6 +52,21 @@ type Options struct {
 	// CacheDir is passed on to the jobs' `whale step` and `whale stage`.
 	CacheDir  string
 	Resources Resources
+}
+
+// CheckRoot refuses a root URL that a job script must not carry: one from
+// which redact.URL would hide something (user info, a query value other
+// than a configuration parameter, a fragment, a query that does not parse
+// strictly). Scripts are stored by slurmctld and shown by `scontrol write
+// batch_script`; the jobs need the URL without secrets, and get
+// credentials from the environment sbatch passes on.
+func CheckRoot(root string) error {
+	if err := redact.Check(root); err != nil {
+		return fmt.Errorf("root URL %s cannot go into a job script: %v. Give credentials through the environment "+
+			"(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_SAS_TOKEN, GOOGLE_APPLICATION_CREDENTIALS, …), "+
+			"which sbatch passes on to the jobs, and keep only the bucket's configuration in the URL", redact.URL(root), err)
+	}
+	return nil
 }
 
 // Submitter submits a run's next stage.
@@ -101,8 +117,8 @@ func (s *Submitter) Submit(ctx context.Context) (*Submission, error) {
 	if s.Root == "" {
 		return nil, errors.New("no root URL for the jobs")
 	}
-	if redact.URL(s.Root) != s.Root {
-		return nil, fmt.Errorf("root URL %s carries a credential, which would be stored with the job script: give it through the environment instead", redact.URL(s.Root))
+	if err := CheckRoot(s.Root); err != nil {
+		return nil, err
 	}
 	p, err := s.Planner.Plan(ctx)
 	if err != nil {

@@ -199,6 +199,72 @@ func TestSubmitRefusals(t *testing.T) {
 	}
 }
 
+// A root URL with a secret in it is refused before any script is
+// rendered, so that no job script carries it, and the error says to give
+// credentials through the environment; a root with only the bucket's
+// configuration goes into every script as it is.
+func TestSubmitKeepsSecretsOutOfScripts(t *testing.T) {
+	w := newWorld(t)
+	exp := w.experiment(t, "secret", 2)
+	ctx := context.Background()
+	const secret = "LEAKs3cr3t"
+	for _, root := range []string{
+		"s3://b/p?region=x&secret_access_key=" + secret,
+		"s3://b/p?region=x&token=" + secret + "%zz",
+		"s3://b/p?region=x;token=" + secret,
+		"s3://b/p?token=%25" + secret,
+		"s3://AKIA:" + secret + "@b/p?region=x",
+		"s3:AKIA:" + secret + "@b?region=x",
+		"s3://b/p?endpoint=http://u:" + secret + "@minio:9000",
+		"s3://b/p?endpoint=http://minio:9000/%3Ftoken%3D" + secret,
+		"s3://b/p?endpoint=http%253A%252F%252Fminio%252F%253Ftoken%253D" + secret,
+		"s3://b/p?region=x#" + secret,
+		"s3://b/p%zz?region=" + secret,
+		"azblob://c?sv=2020&sig=" + secret,
+		"http://[::1]:9000/b?api_key=" + secret,
+	} {
+		for _, dry := range []bool{true, false} {
+			fake := slurm.NewFake()
+			s := &Submitter{Planner: w.planner(exp), Scheduler: fake, DryRun: dry,
+				Options: Options{Root: root, Whale: "/usr/bin/whale", Chain: 2}}
+			sub, err := s.Submit(ctx)
+			if err == nil || !strings.Contains(err.Error(), "cannot go into a job script") || !strings.Contains(err.Error(), "through the environment") {
+				t.Errorf("root %s (dry run %v): err = %v", redact.URL(root), dry, err)
+			}
+			if err != nil && strings.Contains(err.Error(), secret) {
+				t.Errorf("root %s: the error shows the secret: %v", redact.URL(root), err)
+			}
+			scripts := fake.Scripts()
+			if sub != nil {
+				for _, j := range sub.Jobs {
+					scripts = append(scripts, j.Script)
+				}
+			}
+			for _, sc := range scripts {
+				if strings.Contains(sc, secret) {
+					t.Errorf("root %s: a job script holds the secret:\n%s", redact.URL(root), sc)
+				}
+			}
+			if len(scripts) != 0 {
+				t.Errorf("root %s (dry run %v): %d scripts rendered", redact.URL(root), dry, len(scripts))
+			}
+		}
+	}
+
+	root := "s3://bucket/whale?endpoint=http://127.0.0.1:7070&region=us-east-1&use_path_style=true"
+	fake := slurm.NewFake()
+	s := &Submitter{Planner: w.planner(exp), Scheduler: fake, Options: Options{Root: root, Whale: "/usr/bin/whale", Chain: 2}}
+	sub, err := s.Submit(ctx)
+	if err != nil || len(sub.Jobs) != 3 {
+		t.Fatalf("root with configuration only: %+v, %v", sub, err)
+	}
+	for _, sc := range fake.Scripts() {
+		if !strings.Contains(sc, "--root "+slurm.Quote(root)) {
+			t.Errorf("script lacks --root %s:\n%s", root, sc)
+		}
+	}
+}
+
 // The resources a job resubmits with are the ones it was submitted with.
 func TestResourcesArgs(t *testing.T) {
 	r := Resources{Partition: "p", Account: "a", QOS: "q", Time: 2*time.Hour + 30*time.Minute, GPUs: 4, GPUType: "a100",

@@ -2,7 +2,10 @@
 //
 // A Renderer fills the sbatch templates of jobs/slurm (or a site's copies)
 // from a Spec: directives are computed and validated in Go, so a rendered
-// script never carries a newline or shell syntax from a field. Scheduler is
+// script never carries a newline or shell syntax from a field, nor a
+// credential: an environment name that looks like one, or a URL in the
+// command, an environment value or a vLLM argument from which
+// redact.Check would hide something, is refused. Scheduler is
 // the small contract the pipeline uses; Client implements it with sbatch,
 // scancel, squeue and scontrol (no accounting needed: sacct is never
 // called), and Fake implements it in memory for unit tests.

@@ -13,6 +13,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/whalerun/whale/internal/redact"
 	jobslurm "github.com/whalerun/whale/jobs/slurm"
 )
 
@@ -180,6 +181,11 @@ var (
 	secretKey = regexp.MustCompile(`(?i)(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|_KEY$|_KEY_ID$|^API_KEY$)`)
 )
 
+// credentialsHint ends the error for a URL that would put a secret into a
+// script.
+const credentialsHint = "a job script is stored by slurmctld and shown by scontrol: give credentials " +
+	"through the environment of the submitting process (sbatch passes it on), and keep only configuration in URLs"
+
 // errSpec marks a Spec that cannot be rendered.
 var errSpec = errors.New("invalid job spec")
 
@@ -306,6 +312,9 @@ func (s Spec) view(tmpl string) (*view, error) {
 		if secretKey.MatchString(k) {
 			return nil, specErr("environment variable %s looks like a credential: pass it in the environment of the submitting process, not in the script", k)
 		}
+		if err := redact.CheckText(s.Env[k]); err != nil {
+			return nil, specErr("environment variable %s: %v; %s", k, err, credentialsHint)
+		}
 		v.Env = append(v.Env, k+"="+Quote(s.Env[k]))
 	}
 	for _, l := range s.Prologue {
@@ -333,7 +342,10 @@ func (s Spec) view(tmpl string) (*view, error) {
 		if vv.StartSeconds == 0 {
 			vv.StartSeconds = 15 * 60
 		}
-		for _, a := range s.VLLM.Args {
+		for i, a := range s.VLLM.Args {
+			if err := redact.CheckText(a); err != nil {
+				return nil, specErr("vllm argument %d: %v; %s", i, err, credentialsHint)
+			}
 			vv.Args = append(vv.Args, Quote(a))
 		}
 		v.VLLM = vv
@@ -354,6 +366,9 @@ func commandLine(argv []string, array bool) (string, error) {
 	for i, a := range argv {
 		if strings.ContainsAny(a, "\n\r\x00") {
 			return "", specErr("command argument %d %q contains a newline or NUL", i, a)
+		}
+		if err := redact.CheckText(a); err != nil {
+			return "", specErr("command argument %d: %v; %s", i, err, credentialsHint)
 		}
 		if !strings.Contains(a, ShardPlaceholder) {
 			parts[i] = Quote(a)

@@ -120,6 +120,42 @@ func TestRenderRejects(t *testing.T) {
 	}
 }
 
+// A URL that would carry a secret into the script is refused wherever
+// it is, and the error shows it redacted; configuration stays.
+func TestRenderKeepsSecretsOut(t *testing.T) {
+	const secret = "LEAKs3cr3t"
+	for _, tc := range []struct {
+		name string
+		tmpl string
+		spec Spec
+	}{
+		{"root argument", TemplateStage, Spec{Name: "n", Command: []string{"whale", "step", "--root", "s3://b?region=r&token=" + secret, "run"}}},
+		{"root flag", TemplateStage, Spec{Name: "n", Command: []string{"whale", "--root=s3://b?region=r;token=" + secret}}},
+		{"bad escape", TemplateStage, Spec{Name: "n", Command: []string{"whale", "--root", "s3://b?region=r&token=" + secret + "%zz"}}},
+		{"user info", TemplateArray, Spec{Name: "n", Shards: 2, Command: []string{"whale", "--root", "s3://k:" + secret + "@b", "--shard={shard}"}}},
+		{"endpoint query", TemplateStage, Spec{Name: "n", Command: []string{"whale", "--root", "s3://b?endpoint=http://h:1/%3Ftoken%3D" + secret}}},
+		{"env value", TemplateStage, Spec{Name: "n", Command: []string{"true"}, Env: map[string]string{"WHALE_ROOT": "s3://b?sig=" + secret}}},
+		{"vllm argument", TemplateVLLMRollout, Spec{Name: "n", Shards: 1, Command: []string{"true"},
+			VLLM: &VLLM{Model: "m", Args: []string{"--hub=https://u:" + secret + "@hub.example"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			script, err := DefaultRenderer().Render(tc.tmpl, tc.spec)
+			if err == nil || !errors.Is(err, errSpec) || !strings.Contains(err.Error(), "through the environment") {
+				t.Fatalf("Render = %v, want a refusal", err)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(script, secret) {
+				t.Errorf("the secret shows: %v\n%s", err, script)
+			}
+		})
+	}
+	root := "s3://b/whale?endpoint=http://127.0.0.1:7070&region=us-east-1&use_path_style=true"
+	script, err := DefaultRenderer().Render(TemplateStage, Spec{Name: "n", Command: []string{"whale", "step", "--root", root, "run"},
+		Env: map[string]string{"HF_ENDPOINT": "https://hf.example"}})
+	if err != nil || !strings.Contains(script, Quote(root)) {
+		t.Errorf("a root with configuration only: %v\n%s", err, script)
+	}
+}
+
 // The command line and the environment survive bash exactly, with
 // {shard} replaced by the array task's index.
 func TestRenderedScriptRunsInBash(t *testing.T) {

@@ -98,7 +98,7 @@ func (st *Stage) post(ctx context.Context, client *http.Client, u string, body [
 	err = retry.Do(ctx, reloadRetry, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 		if err != nil {
-			return retry.Permanent(err)
+			return retry.Permanent(redact.Error(err))
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if st.APIKey != "" {
@@ -106,7 +106,8 @@ func (st *Stage) post(ctx context.Context, client *http.Client, u string, body [
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			return retry.MarkTransport(err)
+			// net/http's error quotes the request URL, query and all.
+			return retry.MarkTransport(redact.Error(err))
 		}
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
