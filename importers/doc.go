@@ -17,7 +17,11 @@
 //     (JSONL "domain"/"split", verl extra_info.split) wins over Options,
 //     and Options win over values inferred from the data (verl data_source).
 //   - Every Task has a non-empty ID, Question, Domain and at least one answer;
-//     Meta is always a JSON object.
+//     Meta is always a JSON object. With Options.Domains set, Domain is one
+//     of them.
+//   - Every string is valid UTF-8, as Parquet STRING columns require: bytes
+//     that are not are an error naming the line and byte offset (JSONL,
+//     CSV) or the row and column (Parquet), never replaced.
 //
 // Uniqueness of IDs across a file or several files is the caller's check:
 // it needs memory per task.

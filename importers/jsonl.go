@@ -72,6 +72,11 @@ func JSONL(ctx context.Context, r io.Reader, name string, opts Options, fn func(
 		if lineNo == 1 {
 			line = bytes.TrimPrefix(line, utf8BOM)
 		}
+		if off := badUTF8(line); off >= 0 {
+			e := lineErr(name, lineNo, "%s", utf8Msg(line[off], off, "line"))
+			e.Col = off + 1
+			return e
+		}
 		trimmed := bytes.TrimLeft(line, " \t\r\n")
 		// Columns are reported against the line as written.
 		indent := len(buf) - len(trimmed)
@@ -188,6 +193,12 @@ func parseJSONLTask(line []byte, name string, lineNo int, prefix string, opts Op
 	}
 	if t.Domain == "" {
 		return t, lineErr(name, lineNo, "missing field \"domain\" and no domain given for the import")
+	}
+	if msg := opts.unknownDomain(t.Domain); msg != "" {
+		if used["domain"] {
+			return t, fieldErr(name, lineNo, "domain", "%s", msg)
+		}
+		return t, lineErr(name, lineNo, "the import's domain: %s", msg)
 	}
 
 	meta := map[string]json.RawMessage{}

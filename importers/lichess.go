@@ -58,6 +58,9 @@ func LichessCSV(ctx context.Context, r io.Reader, name string, opts Options, fn 
 	if opts.Domain != "" && opts.Domain != domain {
 		return fmt.Errorf("%s: Lichess puzzles are domain chess, not %q", name, opts.Domain)
 	}
+	if msg := opts.unknownDomain(domain); msg != "" {
+		return fmt.Errorf("%s: Lichess puzzles are domain chess: %s", name, msg)
+	}
 	cr := csv.NewReader(r)
 	cr.ReuseRecord = true
 	// Column counts are checked here, against the header, for a clearer
@@ -84,6 +87,18 @@ func LichessCSV(ctx context.Context, r io.Reader, name string, opts Options, fn 
 			return fmt.Errorf("%s: read: %w", name, err)
 		}
 		line, _ := cr.FieldPos(0)
+		for i, f := range rec {
+			if off := badUTF8(f); off >= 0 {
+				l, c := cr.FieldPos(i)
+				col := fmt.Sprintf("column %d", i+1)
+				if i < len(lichessColumns) {
+					col = "column " + lichessColumns[i]
+				}
+				e := lineErr(name, l, "%s: %s", col, utf8Msg(f[off], off, "field"))
+				e.Col = c + off
+				return e
+			}
+		}
 		if n == 0 {
 			rec[0] = strings.TrimPrefix(rec[0], string(utf8BOM))
 			headerless := rec[0] != "PuzzleId" && (len(rec) == 9 || len(rec) == 10) && checkFEN(rec[colFEN]) == ""

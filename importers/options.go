@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -24,6 +26,10 @@ type Options struct {
 	Domain string
 	// Split of the tasks (train, test, ...).
 	Split string
+	// Domains, when set, are the domains a task may have (the names of
+	// domains/registry): a task of any other, stated in the data or in
+	// Domain, stops the import with an error naming its line or row.
+	Domains []string
 	// MaxLineBytes bounds one JSONL line; default 64 MiB.
 	MaxLineBytes int
 	// BatchRows is the Parquet read batch; default 1024.
@@ -210,6 +216,35 @@ func ImportFile(ctx context.Context, path string, f Format, opts Options, fn fun
 }
 
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// unknownDomain returns what is wrong with domain d under o, or "".
+func (o Options) unknownDomain(d string) string {
+	if len(o.Domains) == 0 || slices.Contains(o.Domains, d) {
+		return ""
+	}
+	return fmt.Sprintf("unknown domain %q: the known domains are %s", d, strings.Join(o.Domains, ", "))
+}
+
+// badUTF8 returns the byte offset of the first byte of b that is not
+// part of valid UTF-8, or -1. Tasks are written to Parquet STRING
+// columns, which hold UTF-8 only: readers (pyarrow, DuckDB, polars)
+// refuse or mangle anything else, so invalid bytes are refused here, where
+// the line is known, rather than replaced.
+func badUTF8[T string | []byte](b T) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRuneInString(string(b[i:min(i+utf8.UTFMax, len(b))]))
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
+}
+
+// utf8Msg says where invalid UTF-8 is and what to do about it.
+func utf8Msg(b byte, offset int, of string) string {
+	return fmt.Sprintf("invalid UTF-8: byte 0x%02x at byte offset %d of the %s; tasks must be UTF-8 text (convert the file, e.g. iconv -f latin1 -t utf-8)", b, offset, of)
+}
 
 // stem is the file name without directories and extensions, for generated
 // ids ("data/nq.train.jsonl.gz" → "nq.train").

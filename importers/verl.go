@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -108,6 +110,9 @@ func VerlParquet(ctx context.Context, ra io.ReaderAt, size int64, name string, o
 					}
 				}
 				task, perr := cols.task(i, row, name, opts)
+				if perr == nil {
+					perr = taskUTF8(task, row, name)
+				}
 				if perr != nil {
 					rr.Release()
 					return perr
@@ -325,6 +330,9 @@ func (c verlCols) task(i int, row int64, name string, opts Options) (schemas.Tas
 	if t.Domain == "" {
 		return t, rowErr(name, row, colDataSource, "cannot tell the domain of data source %s; pass the domain for the import", quote(src))
 	}
+	if msg := opts.unknownDomain(t.Domain); msg != "" {
+		return t, rowErr(name, row, "", "the import's domain: %s", msg)
+	}
 	id := index
 	if id == "" {
 		id = strconv.FormatInt(row, 10)
@@ -334,12 +342,74 @@ func (c verlCols) task(i int, row int64, name string, opts Options) (schemas.Tas
 	}
 	t.ID = src + "-" + id
 
+	if where, off, b := badUTF8In(meta, ""); off >= 0 {
+		// encoding/json would replace the bytes without a word.
+		return t, rowErr(name, row, where, "%s", utf8Msg(b, off, "value"))
+	}
 	m, err := json.Marshal(meta)
 	if err != nil {
 		return t, rowErr(name, row, "", "encode meta: %v", err)
 	}
 	t.Meta = string(m)
 	return t, nil
+}
+
+// taskUTF8 refuses a task with a string that is not UTF-8 (Parquet
+// STRING columns written by other tools are not checked), naming the
+// column it came from.
+func taskUTF8(t schemas.Task, row int64, name string) *Error {
+	fields := []struct{ column, s string }{
+		{colDataSource, t.ID}, {colPrompt, t.Question}, {colExtraInfo + ".split", t.Split},
+	}
+	for _, a := range t.Answers {
+		fields = append(fields, struct{ column, s string }{colRewardModel + ".ground_truth", a})
+	}
+	for _, f := range fields {
+		if off := badUTF8(f.s); off >= 0 {
+			return rowErr(name, row, f.column, "%s", utf8Msg(f.s[off], off, "value"))
+		}
+	}
+	return nil
+}
+
+// badUTF8In finds the first string in a meta value (as toAny builds them)
+// that is not UTF-8: its path under at, the byte offset and the byte; the
+// offset is -1 when there is none.
+func badUTF8In(v any, at string) (string, int, byte) {
+	switch x := v.(type) {
+	case string:
+		if off := badUTF8(x); off >= 0 {
+			return at, off, x[off]
+		}
+	case []chatMessage:
+		for i, m := range x {
+			for _, f := range [][2]string{{"role", m.Role}, {"content", m.Content}} {
+				if off := badUTF8(f[1]); off >= 0 {
+					return fmt.Sprintf("%s[%d].%s", at, i, f[0]), off, f[1][off]
+				}
+			}
+		}
+	case []any:
+		for i, item := range x {
+			if p, off, b := badUTF8In(item, fmt.Sprintf("%s[%d]", at, i)); off >= 0 {
+				return p, off, b
+			}
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			p := k
+			if at != "" {
+				p = at + "." + k
+			}
+			if off := badUTF8(k); off >= 0 {
+				return p, off, k[off]
+			}
+			if p, off, b := badUTF8In(x[k], p); off >= 0 {
+				return p, off, b
+			}
+		}
+	}
+	return "", -1, 0
 }
 
 func chatAt(l array.ListLike, i int) ([]chatMessage, string) {

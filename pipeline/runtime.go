@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -63,6 +66,10 @@ type RuntimeOptions struct {
 	// its model id: after a restart the server holds only the base while
 	// the plan names the latest fine-tuned model.
 	Run string
+	// Inputs are the run's files outside the bucket as init recorded them
+	// (spec.Run.Inputs): with provider local, a checkpoint this machine
+	// does not have at its path is read from init's copy in the bucket.
+	Inputs []spec.Input
 }
 
 // NewRuntime builds the runtime of exp: the domain wired to the tools in
@@ -128,7 +135,7 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 			return nil, fmt.Errorf("model: %w", err)
 		}
 	case spec.ProviderLocal:
-		if err := rt.startLocal(exp.Model, log, runResolver(s, o.Run)); err != nil {
+		if err := rt.startLocal(ctx, s, exp.Model, o.Inputs, log, runResolver(s, o.Run)); err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}
 	default:
@@ -152,8 +159,8 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 // is the path of a models/local checkpoint file (or a directory holding
 // one), served as model.name on a loopback port; the client and the
 // finetune stage's reload talk to it over HTTP as they would to vLLM.
-func (rt *Runtime) startLocal(m spec.Model, log *slog.Logger, resolve func(context.Context, string) (*local.Model, string, error)) error {
-	base, err := localserve.LoadPath(m.Checkpoint)
+func (rt *Runtime) startLocal(ctx context.Context, s *storage.Store, m spec.Model, inputs []spec.Input, log *slog.Logger, resolve func(context.Context, string) (*local.Model, string, error)) error {
+	base, err := loadLocalBase(ctx, s, m.Checkpoint, inputs, log)
 	if err != nil {
 		return fmt.Errorf("provider local, checkpoint %s: %w", m.Checkpoint, err)
 	}
@@ -246,4 +253,29 @@ func openAIClient(m spec.Model, log *slog.Logger) (*models.Client, error) {
 		Logger:      log,
 	}
 	return models.New(cfg)
+}
+
+// loadLocalBase loads the built-in model's checkpoint from path or, where
+// this machine does not have path (a job on another node), from the copy
+// `whale init` made of it in the bucket, checked against its digest.
+func loadLocalBase(ctx context.Context, s *storage.Store, path string, inputs []spec.Input, log *slog.Logger) (*local.Model, error) {
+	base, err := localserve.LoadPath(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return base, err
+	}
+	for _, in := range inputs {
+		if in.Field != "model.checkpoint" || in.Path != path || in.Kind != spec.InputCopied {
+			continue
+		}
+		b, rerr := s.ReadAll(ctx, in.Key)
+		if rerr != nil {
+			return nil, fmt.Errorf("%w; its copy %s: %w", err, in.Key, rerr)
+		}
+		if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != in.Digest {
+			return nil, fmt.Errorf("%w; its copy %s does not hash to %s", err, in.Key, in.Digest)
+		}
+		log.Info("model: this machine has no checkpoint at its path; using init's copy in the bucket", "path", path, "copy", in.Key)
+		return local.DecodeCheckpoint(b)
+	}
+	return nil, err
 }

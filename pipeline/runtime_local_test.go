@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,5 +164,51 @@ func TestEndpointsFromTheEnvironment(t *testing.T) {
 	}
 	if len(rt.ModelEndpoints) != 1 || rt.ModelEndpoints[0] != srv.URL || exp.Model.Endpoints[0] != "http://127.0.0.1:9/v1" {
 		t.Errorf("reload endpoints %v, spec endpoints %v", rt.ModelEndpoints, exp.Model.Endpoints)
+	}
+}
+
+// TestRuntimeLocalFromInitCopy: a node without the checkpoint at its path
+// serves init's copy from the bucket, checked against its digest.
+func TestRuntimeLocalFromInitCopy(t *testing.T) {
+	m, err := local.New(local.Config{Vocab: local.TokenizerVocab, Layers: 1, DModel: 16, Heads: 2, DFF: 32, Context: 64}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(t.TempDir(), "base.whalelm")
+	if err := m.Save(ckpt, false); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := storage.Open(ctx, "mem://", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exp := &spec.Experiment{Domain: "chess", Model: spec.Model{Provider: spec.ProviderLocal, Name: "tiny", Checkpoint: ckpt}}
+	inputs, data, err := spec.ReadInputs(exp)
+	if err != nil || len(inputs) != 1 || inputs[0].Kind != spec.InputCopied {
+		t.Fatalf("inputs %+v: %v", inputs, err)
+	}
+	for key, b := range data {
+		if err := s.WriteAll(ctx, key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := NewRuntime(ctx, s, exp, RuntimeOptions{Log: discard, Inputs: inputs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if r, err := rt.Model.Chat(ctx, chatReq("hello")); err != nil || r.Model != "tiny" {
+		t.Fatalf("answer %+v: %v", r, err)
+	}
+
+	bad := slices.Clone(inputs)
+	bad[0].Digest = "sha256:" + strings.Repeat("0", 64)
+	if _, err := NewRuntime(ctx, s, exp, RuntimeOptions{Log: discard, Inputs: bad}); err == nil || !strings.Contains(err.Error(), "does not hash to") {
+		t.Fatalf("a copy that does not match its digest: %v", err)
 	}
 }

@@ -56,11 +56,19 @@ type Options struct {
 	// ListPageSize is how many entries one list request asks for; 0 means
 	// 1000, the most S3 returns. Smaller pages are for tests of pagination.
 	ListPageSize int
+	// MustExist makes Open fail, with an error that wraps ErrNotFound,
+	// when a file:// root (its directory, and its prefix folder if it has
+	// one) does not exist, instead of creating it: a mistyped path then
+	// says so rather than reading as an empty root. Commands that only
+	// read or add to a root set it; those that create one (init, data
+	// import) leave it unset.
+	MustExist bool
 }
 
 // Open opens the root at rawURL. A "prefix" query parameter, or the path of
-// a bucket URL, scopes every key under it. file:// roots are created when
-// missing.
+// a bucket URL, scopes every key under it; it is a relative slash-separated
+// path (no empty, . or .. segment), else the error wraps ErrInvalidKey.
+// file:// roots are created when missing, unless Options.MustExist.
 //
 // mem:// opens a new, empty in-memory bucket on every call; mem://<name>
 // opens the bucket of that name, shared by every Open in this process
@@ -88,6 +96,15 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	q := u.Query()
 	prefix := strings.Trim(q.Get("prefix"), "/")
 	q.Del("prefix")
+	if u.Scheme != "file" {
+		// For object stores the URL path is a key prefix too.
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			prefix = strings.Trim(p+"/"+prefix, "/")
+		}
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("open root %s: %w", red, err)
+	}
 	var b *blob.Bucket
 	switch u.Scheme {
 	case "file":
@@ -101,7 +118,11 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		if len(q) > 0 {
 			return nil, fmt.Errorf("open root %s: file URLs take no query parameters but prefix", red)
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if opts.MustExist {
+			if err := checkDir(red, dir, path.Join(dir, prefix)); err != nil {
+				return nil, err
+			}
+		} else if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, &Error{Op: "open", URL: red, Kind: kindOf(err), Err: err}
 		}
 		// Sidecar attribute files would double the file count for nothing:
@@ -109,12 +130,9 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		b, err = fileblob.OpenBucket(dir, &fileblob.Options{Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 		s.dir = dir
 	default:
-		// For object stores the URL path is a key prefix, not part of the
-		// bucket name.
-		if p := strings.Trim(u.Path, "/"); p != "" {
-			prefix = strings.Trim(p+"/"+prefix, "/")
-			u.Path, u.RawPath = "", ""
-		}
+		// For object stores the URL path is a key prefix (taken above),
+		// not part of the bucket name.
+		u.Path, u.RawPath = "", ""
 		u.RawQuery = q.Encode()
 		switch {
 		case u.Scheme == "mem" && u.Host != "":
@@ -140,6 +158,62 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	}
 	s.bucket = b
 	return s, nil
+}
+
+// checkPrefix accepts "" or a relative slash-separated key prefix whose
+// segments are names: a prefix of ../../etc would point a file:// root
+// outside its directory, and would mean different keys on object stores.
+func checkPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	why := ""
+	switch {
+	case !utf8.ValidString(prefix):
+		why = "is not valid UTF-8"
+	case strings.Contains(prefix, "\\"):
+		why = "has a backslash"
+	default:
+		for p := range strings.SplitSeq(prefix, "/") {
+			switch {
+			case p == "":
+				why = "has an empty segment (//)"
+			case p == "." || p == "..":
+				why = "has a " + p + " segment"
+			case p == localTmp || fileTempName.MatchString(p) || strings.HasSuffix(p, ".attrs"):
+				why = "uses the reserved name " + strconv.Quote(p)
+			}
+			if why != "" {
+				break
+			}
+		}
+	}
+	if why != "" {
+		return fmt.Errorf("%w: prefix %q %s; a prefix is a relative slash-separated path such as team/whale", ErrInvalidKey, prefix, why)
+	}
+	return nil
+}
+
+// checkDir checks that a file:// root's directory, and the folder of its
+// prefix (sub, which is dir when there is none), exist.
+func checkDir(red, dir, sub string) error {
+	for _, d := range []string{dir, sub} {
+		fi, err := os.Stat(d)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			what := "directory"
+			if d != dir {
+				what = "prefix folder"
+			}
+			return &Error{Op: "open", URL: red, Kind: ErrNotFound,
+				Err: fmt.Errorf("no such %s %s: the root does not exist", what, d)}
+		case err != nil:
+			return &Error{Op: "open", URL: red, Kind: kindOf(err), Err: err}
+		case !fi.IsDir():
+			return &Error{Op: "open", URL: red, Err: fmt.Errorf("%s is not a directory", d)}
+		}
+	}
+	return nil
 }
 
 var (

@@ -46,7 +46,10 @@ checks every record, and writes the tasks table to datasets/<name>/ in the
 bucket, committed by a manifest written last. Bad input stops the import
 with one error naming the file, line (or row) and column; nothing becomes
 visible. Importing the same file again does nothing; other data under a
-taken name is refused (exit code 3).
+taken name is refused (exit code 3). A task's domain (from the data or
+--domain) must be a known one; text must be UTF-8 (bytes that are not are
+an error naming the line and byte offset, never replaced). A file:// root
+that does not exist yet is created.
 
 JSONL fields: id, question (or prompt, problem), answers (or answer,
 golden_answers), split, domain, meta; other fields go into meta.
@@ -93,6 +96,11 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 	} else if format, err = importers.Detect(o.File); err != nil {
 		return usageError{err}
 	}
+	if o.Domain != "" {
+		if _, err := registry.Get(o.Domain); err != nil {
+			return usageError{fmt.Errorf("--domain: %w", err)}
+		}
+	}
 	if o.Name == "" {
 		o.Name = datasetStem(o.File)
 	}
@@ -103,7 +111,7 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	store, err := openRoot(ctx, o.Root)
+	store, err := createRoot(ctx, o.Root)
 	if err != nil {
 		return err
 	}
@@ -138,7 +146,7 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 	// fault (the spool, a cancel) is told apart here, and the rest is the
 	// input's.
 	var sinkErr error
-	err = importers.ImportFile(ctx, o.File, format, importers.Options{Domain: o.Domain, Split: o.Split}, func(t schemas.Task) error {
+	err = importers.ImportFile(ctx, o.File, format, importers.Options{Domain: o.Domain, Split: o.Split, Domains: registry.Names()}, func(t schemas.Task) error {
 		if err := st.add(t); err != nil {
 			return err
 		}

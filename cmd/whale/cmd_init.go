@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -29,7 +30,16 @@ error naming the line and the field), fills every default from the paper's
 settings, validates the result and writes it, with its sha256 digest and
 whale's version, to runs/<name>/run.json. That file is never rewritten:
 init again with the same spec does nothing; with a different spec it fails
-and names the fields that differ (exit code 3).`,
+and names the fields that differ (exit code 3).
+
+Relative paths in the file (model.checkpoint) are read from the file's
+directory and frozen as absolute paths, so runs do not depend on the
+directory they start in. A checkpoint file of up to 64 MiB (the built-in
+model's) is copied into the bucket under inputs/<sha256>/ with its digest;
+a larger file or a directory (a Hugging Face checkpoint) stays where it is,
+pinned by a digest of its file names, sizes and *.json contents. init
+again with a checkpoint that has changed is a conflict naming the path
+(exit code 3). init creates a file:// root that does not exist yet.`,
 		Flags: []cli.Flag{
 			rootFlag(),
 			&cli.StringFlag{Name: "name", Usage: "run `NAME`, instead of the file's name field"},
@@ -45,6 +55,12 @@ and names the fields that differ (exit code 3).`,
 
 func runKey(run string) string { return storage.Join("runs", run, "run.json") }
 
+// createRoot opens root, creating a file:// root's directory when it is
+// missing: init and data import are the commands that start a root.
+func createRoot(ctx context.Context, root string) (*storage.Store, error) {
+	return openRootOpts(ctx, root, nil)
+}
+
 func runInit(ctx context.Context, o initOptions, out io.Writer) error {
 	exp, err := spec.Load(o.Experiment)
 	if err != nil {
@@ -57,39 +73,117 @@ func runInit(ctx context.Context, o initOptions, out io.Writer) error {
 }
 
 // initExperiment freezes exp (read from source) into a run in root, or
-// checks that the run there has the same spec.
+// checks that the run there has the same spec and inputs. The inputs (see
+// spec.Input) are read once: a small checkpoint file is copied into the
+// bucket before run.json, the commit point, is written.
 func initExperiment(ctx context.Context, root string, exp *spec.Experiment, source string, out io.Writer) error {
 	run, err := spec.Freeze(exp, buildinfo.Version(), time.Now())
 	if err != nil {
 		return usageError{fmt.Errorf("%s: %w", source, err)}
 	}
-	data, err := run.Encode()
+	inputs, data, err := spec.ReadInputs(&run.Spec)
 	if err != nil {
-		return err
+		return usageError{fmt.Errorf("%s: %w", source, err)}
 	}
-	store, err := openRoot(ctx, root)
+	run.Inputs = inputs
+	dir := ""
+	if abs, err := filepath.Abs(source); err == nil {
+		dir = filepath.Dir(abs)
+	}
+	store, err := createRoot(ctx, root)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	key := runKey(run.Spec.Name)
-	err = store.CreateExclusive(ctx, key, data)
-	switch {
-	case err == nil:
-		fmt.Fprintf(out, "initialized run %s at %s/%s (spec %s)\n", run.Spec.Name, store.URL(), key, run.SpecDigest)
-		return nil
-	case !errors.Is(err, storage.ErrExists):
+	exists, err := store.Exists(ctx, key)
+	if err != nil {
 		return err
+	}
+	if !exists {
+		created, err := createRun(ctx, store, run, data)
+		if err != nil {
+			return err
+		}
+		if created {
+			fmt.Fprintf(out, "initialized run %s at %s/%s (spec %s)\n", run.Spec.Name, store.URL(), key, run.SpecDigest)
+			printInputs(out, inputs)
+			return nil
+		}
 	}
 	prev, err := readRun(ctx, store, run.Spec.Name)
 	if err != nil {
 		return err
 	}
-	if err := spec.CheckSame(prev, exp); err != nil {
+	if err := spec.CheckSameAt(prev, exp, dir); err != nil {
+		return err
+	}
+	if err := prev.CheckInputsSame(inputs); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "run %s already initialized with this spec (%s); nothing to do\n", run.Spec.Name, prev.SpecDigest)
+	for _, f := range spec.LegacyPaths(prev, &run.Spec, dir) {
+		fmt.Fprintf(out, "note: run %s (initialized by an older whale) keeps %s as the relative path %q, which each whale run reads from its working directory: start its runs from %s, or init a new run to pin the path\n",
+			run.Spec.Name, f, spec.PathValue(&prev.Spec, f), dir)
+	}
+	for _, in := range prev.Unchecked(inputs) {
+		fmt.Fprintf(out, "note: %s %s is not on this machine: not compared with what init froze (%s)\n", in.Field, in.Path, in.Digest)
+	}
+	if len(prev.Inputs) == 0 && len(inputs) > 0 {
+		fmt.Fprintf(out, "note: run %s records no digest of its inputs (initialized by an older whale); they are not checked when it runs\n", run.Spec.Name)
+	}
 	return nil
+}
+
+// createRun writes the copies of the run's copied inputs, then run.json
+// with a conditional create; false when another init created run.json
+// first.
+func createRun(ctx context.Context, store *storage.Store, run *spec.Run, data map[string][]byte) (bool, error) {
+	for _, in := range run.Inputs {
+		if in.Kind != spec.InputCopied {
+			continue
+		}
+		// The key is the content's digest: a copy already there (another
+		// run's, or an earlier try's) is this one.
+		err := store.CreateExclusive(ctx, in.Key, data[in.Key])
+		if errors.Is(err, storage.ErrExists) {
+			a, serr := store.Stat(ctx, in.Key)
+			if serr != nil {
+				return false, serr
+			}
+			if a.Size != in.Size {
+				return false, fmt.Errorf("copy %s of %s %s: the bucket holds %d bytes under this digest, the file %d", in.Key, in.Field, in.Path, a.Size, in.Size)
+			}
+			err = nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("copy %s %s into the bucket: %w", in.Field, in.Path, err)
+		}
+	}
+	raw, err := run.Encode()
+	if err != nil {
+		return false, err
+	}
+	err = store.CreateExclusive(ctx, runKey(run.Spec.Name), raw)
+	if errors.Is(err, storage.ErrExists) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func printInputs(out io.Writer, inputs []spec.Input) {
+	for _, in := range inputs {
+		switch in.Kind {
+		case spec.InputCopied:
+			fmt.Fprintf(out, "  %s %s: copied into the bucket at %s (%s, %d bytes)\n", in.Field, in.Path, in.Key, in.Digest, in.Size)
+		default:
+			what := fmt.Sprintf("%d bytes", in.Size)
+			if in.Files > 0 {
+				what = fmt.Sprintf("%d files, %d bytes", in.Files, in.Size)
+			}
+			fmt.Fprintf(out, "  %s %s: pinned by the digest of its listing (%s, %s); it must not change while the run lasts\n", in.Field, in.Path, in.Digest, what)
+		}
+	}
 }
 
 func readRun(ctx context.Context, store *storage.Store, name string) (*spec.Run, error) {

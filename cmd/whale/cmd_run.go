@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/schedule"
+	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/stages"
 	"github.com/whalerun/whale/storage"
 )
@@ -169,18 +170,32 @@ func oneRun(args []string) (string, error) {
 	return args[0], nil
 }
 
-// openPlanner opens the root and reads the run's frozen spec.
+// openPlanner opens the root and reads the run's frozen spec. The files
+// outside the bucket that init recorded (a checkpoint) must still hold
+// what they held then: a changed one is a conflict naming its path.
 func openPlanner(ctx context.Context, o runOptions) (*storage.Store, *pipeline.Planner, error) {
+	store, run, err := openRun(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, &pipeline.Planner{Store: store, Run: o.Run, Spec: &run.Spec}, nil
+}
+
+// openRun opens the root, reads the run and checks its inputs.
+func openRun(ctx context.Context, o runOptions) (*storage.Store, *spec.Run, error) {
 	store, err := openRoot(ctx, o.Root)
 	if err != nil {
 		return nil, nil, err
 	}
 	run, err := readRun(ctx, store, o.Run)
+	if err == nil {
+		err = run.CheckInputs()
+	}
 	if err != nil {
 		store.Close()
 		return nil, nil, err
 	}
-	return store, &pipeline.Planner{Store: store, Run: o.Run, Spec: &run.Spec}, nil
+	return store, run, nil
 }
 
 func runPlan(ctx context.Context, o runOptions, out io.Writer) error {
@@ -247,11 +262,12 @@ func printPlan(out io.Writer, p *pipeline.Plan) {
 }
 
 func newRunner(ctx context.Context, o runOptions, out io.Writer) (*pipeline.Runner, func(), error) {
-	store, pl, err := openPlanner(ctx, o)
+	store, run, err := openRun(ctx, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	rt, err := pipeline.NewRuntime(ctx, store, pl.Spec, pipeline.RuntimeOptions{CacheDir: o.CacheDir, Run: o.Run})
+	pl := &pipeline.Planner{Store: store, Run: o.Run, Spec: &run.Spec}
+	rt, err := pipeline.NewRuntime(ctx, store, pl.Spec, pipeline.RuntimeOptions{CacheDir: o.CacheDir, Run: o.Run, Inputs: run.Inputs})
 	if err != nil {
 		store.Close()
 		return nil, nil, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -89,12 +90,22 @@ func rootFlag() *cli.StringFlag {
 	}
 }
 
+// openRoot opens an existing root: a file:// root whose directory is
+// missing is an error (a mistyped path must not read as an empty root, nor
+// be created). createRoot (init, data import) makes one.
 func openRoot(ctx context.Context, root string) (*storage.Store, error) {
+	return openRootOpts(ctx, root, &storage.Options{MustExist: true})
+}
+
+func openRootOpts(ctx context.Context, root string, opts *storage.Options) (*storage.Store, error) {
 	if root == "" {
 		return nil, usagef("no bucket given: pass --root URL or set WHALE_ROOT")
 	}
-	s, err := storage.Open(ctx, root, nil)
+	s, err := storage.Open(ctx, root, opts)
 	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			err = fmt.Errorf("%w; `whale init` and `whale data import` create a root", err)
+		}
 		return nil, usageError{err}
 	}
 	return s, nil

@@ -5,33 +5,55 @@ import (
 	"errors"
 	"fmt"
 	"github.com/whalerun/whale/internal/textdist"
+	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/lexer"
 	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
 )
 
 // Load reads and parses the experiment file at path; errors name the path
-// as given.
+// as given. Relative paths in it (see PathFields) are resolved against the
+// file's directory: the Experiment holds absolute paths.
 func Load(path string) (*Experiment, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read experiment file: %w", err)
 	}
-	return Parse(path, data)
+	defer f.Close()
+	// One byte past the bound is enough to refuse the file.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read experiment file: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("read experiment file: %w", err)
+	}
+	return parse(path, data, filepath.Dir(abs))
 }
 
 // Parse decodes an experiment file strictly on top of Defaults(), normalizes
 // it and validates it. name is used in error messages only. On failure the
 // error is an ErrorList naming every problem found with its position.
+// Paths are left as written: Load resolves them.
 func Parse(name string, data []byte) (*Experiment, error) {
+	return parse(name, data, "")
+}
+
+// parse is Parse, with relative paths resolved against dir unless it is
+// empty.
+func parse(name string, data []byte, dir string) (*Experiment, error) {
 	d := newDecoder(name, data)
 	e := Defaults()
 	d.decodeFile(data, &e)
@@ -39,8 +61,12 @@ func Parse(name string, data []byte) (*Experiment, error) {
 		return nil, d.errs
 	}
 	e.Normalize()
+	problems := e.validate()
+	if dir != "" {
+		problems = append(problems, e.resolvePaths(dir)...)
+	}
 	var errs ErrorList
-	for _, ve := range e.validate() {
+	for _, ve := range problems {
 		ve.File = name
 		if p, ok := d.nearest(ve.Path); ok {
 			ve.Line, ve.Column = p.line, p.col
@@ -73,6 +99,24 @@ type decoder struct {
 
 const maxAliasExpansions = 10000
 
+// Bounds on an experiment file, checked before the YAML parser builds its
+// tree (its memory grows much faster than the input with nesting: 40 KB
+// nested 20,000 levels deep took 700 MB). A real experiment file is a few
+// KB nested a few levels deep.
+const (
+	// MaxFileBytes bounds the size of an experiment file.
+	MaxFileBytes = 128 << 10
+	// MaxDepth bounds the nesting of mappings and lists.
+	MaxDepth = 64
+	// MaxKeys bounds the keys of one block mapping: the parser's time and
+	// memory grow with their square (8,000 keys took 280 MB).
+	MaxKeys = 1000
+	// maxNesting bounds the depth summed over the tokens, which is what
+	// the parser's memory follows (about 30 bytes each): a file of many
+	// nests each within MaxDepth costs as much as one deep nest.
+	maxNesting = 1 << 18
+)
+
 func newDecoder(name string, data []byte) *decoder {
 	return &decoder{
 		file:    name,
@@ -82,18 +126,88 @@ func newDecoder(name string, data []byte) *decoder {
 	}
 }
 
-// parse shields callers from a panic in the YAML parser on hostile input.
-func parse(data []byte) (f *ast.File, err error) {
+// parse shields callers from a panic in the YAML parser on hostile input,
+// and from its memory: the tokens are checked (see checkShape) before the
+// parser sees them.
+func (d *decoder) parse(data []byte) (f *ast.File, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("YAML parser failed: %v", r)
 		}
 	}()
-	return parser.ParseBytes(data, 0)
+	tokens := lexer.Tokenize(string(data))
+	if tk, msg := checkShape(tokens); tk != nil {
+		d.errAt(tokenPos(tk), "", "%s", msg)
+		return nil, nil
+	}
+	return parser.Parse(tokens, 0)
+}
+
+// checkShape returns the first token at which tokens nest deeper than
+// MaxDepth, or their depths summed pass maxNesting, or a block mapping
+// gets more than MaxKeys keys, and what is wrong; nil when none is.
+//
+// Flow collections ([ ], { }) count by their brackets; block collections
+// by the columns of their indicators (-, ?, and the key before :), each
+// column deeper than the enclosing one a level, as the parser nests them.
+// It is an estimate from above, which is what a bound needs.
+func checkShape(tokens token.Tokens) (*token.Token, string) {
+	type level struct{ col, keys int }
+	var block []level // the open block collections, by increasing column
+	sum, flow := 0, 0
+	var prev *token.Token
+	for _, tk := range tokens {
+		col := 0
+		if tk.Position != nil {
+			col = tk.Position.Column
+		}
+		switch tk.Type {
+		case token.SequenceStartType, token.MappingStartType:
+			flow++
+		case token.SequenceEndType, token.MappingEndType:
+			flow = max(flow-1, 0)
+		case token.DocumentHeaderType, token.DocumentEndType:
+			flow, block = 0, block[:0]
+		case token.SequenceEntryType, token.MappingKeyType, token.MappingValueType:
+			if flow > 0 {
+				break
+			}
+			if tk.Type == token.MappingValueType && prev != nil && prev.Position != nil {
+				col = prev.Position.Column // a mapping sits at its keys' column
+			}
+			for len(block) > 0 && block[len(block)-1].col > col {
+				block = block[:len(block)-1]
+			}
+			if len(block) == 0 || block[len(block)-1].col < col {
+				block = append(block, level{col: col})
+			}
+			if top := &block[len(block)-1]; tk.Type == token.MappingValueType {
+				if top.keys++; top.keys > MaxKeys {
+					return tk, fmt.Sprintf("a mapping with more than %d keys; an experiment file's mappings have a few", MaxKeys)
+				}
+			}
+		}
+		depth := flow + len(block)
+		if depth > MaxDepth {
+			return tk, fmt.Sprintf("the YAML nests deeper than %d levels of mappings and lists; an experiment file needs a few", MaxDepth)
+		}
+		if sum += depth; sum > maxNesting {
+			return tk, fmt.Sprintf("the YAML holds too many nested values (their depths add up to more than %d); an experiment file is a few KB nested a few levels", maxNesting)
+		}
+		prev = tk
+	}
+	return nil, ""
 }
 
 func (d *decoder) decodeFile(data []byte, out any) {
-	f, err := parse(data)
+	if len(data) > MaxFileBytes {
+		d.errAt(position{}, "", "the file is more than the %d bytes an experiment file may have", MaxFileBytes)
+		return
+	}
+	f, err := d.parse(data)
+	if f == nil && err == nil {
+		return // the error is recorded
+	}
 	if err != nil {
 		var ye yaml.Error
 		if errors.As(err, &ye) {
@@ -279,24 +393,8 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 		}
 		v.SetBool(b.Value)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		in, ok := n.(*ast.IntegerNode)
+		i, ok := d.integer(n, path, v.Type().Bits())
 		if !ok {
-			d.typeError(n, path, "integer")
-			return
-		}
-		var i int64
-		switch x := in.Value.(type) {
-		case int64:
-			i = x
-		case uint64:
-			if x > 1<<63-1 {
-				d.errAt(nodePos(n), path, "%s: %s is out of range for an integer", fieldName(path), in.Token.Value)
-				return
-			}
-			i = int64(x)
-		}
-		if v.OverflowInt(i) {
-			d.errAt(nodePos(n), path, "%s: %s is out of range for an integer", fieldName(path), in.Token.Value)
 			return
 		}
 		v.SetInt(i)
@@ -343,6 +441,61 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 		d.errAt(nodePos(n), path, "%s: cannot decode into Go type %s", fieldName(path), v.Type())
 	}
 }
+
+// integer reads an integer scalar for a field of a bits-bit integer type.
+// The YAML lexer reads a plain number too large for 64 bits as a string,
+// and 1e9 as a string too: both are numbers to the person who wrote them,
+// so the first is said to be out of range and the second, when it is a
+// whole number, is read as one (validation then bounds it).
+func (d *decoder) integer(n ast.Node, path string, bits int) (int64, bool) {
+	lo, hi := int64(-1)<<(bits-1), int64(1<<(bits-1)-1)
+	outOfRange := func(text string) (int64, bool) {
+		d.errAt(nodePos(n), path, "%s: %s is out of range for a %d-bit integer: allowed %d to %d", fieldName(path), text, bits, lo, hi)
+		return 0, false
+	}
+	switch x := n.(type) {
+	case *ast.IntegerNode:
+		var i int64
+		switch v := x.Value.(type) {
+		case int64:
+			i = v
+		case uint64:
+			if v > 1<<63-1 {
+				return outOfRange(x.Token.Value)
+			}
+			i = int64(v)
+		}
+		if i < lo || i > hi {
+			return outOfRange(x.Token.Value)
+		}
+		return i, true
+	case *ast.StringNode:
+		if x.Token.Type != token.StringType {
+			break // quoted: a string, whatever it holds
+		}
+		text := strings.ReplaceAll(x.Value, "_", "")
+		if decimalRE.MatchString(text) {
+			return outOfRange(x.Value) // a decimal integer the lexer could not hold
+		}
+		if f, err := strconv.ParseFloat(text, 64); err == nil && f == math.Trunc(f) && !math.IsInf(f, 0) {
+			if f < float64(lo) || f >= float64(hi)+1 {
+				return outOfRange(x.Value)
+			}
+			return int64(f), true
+		}
+	case *ast.FloatNode:
+		if f := x.Value; f == math.Trunc(f) && !math.IsInf(f, 0) {
+			if f < float64(lo) || f >= float64(hi)+1 {
+				return outOfRange(x.Token.Value)
+			}
+			return int64(f), true
+		}
+	}
+	d.typeError(n, path, "integer")
+	return 0, false
+}
+
+var decimalRE = regexp.MustCompile(`^[-+]?[0-9]+$`)
 
 // shorthander is implemented by structs that may be written as a bare
 // scalar naming one of their fields (`switch: patience`).

@@ -6,6 +6,16 @@
 //     duplicate key or a syntax error is an *Error that names the file, line,
 //     column and field path. All problems found are returned together as an
 //     ErrorList.
+//   - A file is refused before parsing when it is larger than MaxFileBytes
+//     or nests deeper than MaxDepth; counts are bounded (the Max constants
+//     of validate.go), and an integer beyond 64 bits is said to be one.
+//   - Load resolves relative paths (PathFields: model.checkpoint) against
+//     the file's directory; Parse leaves them as written. ReadInputs records
+//     what the paths hold (run.json's inputs: a small file copied into the
+//     bucket, a large one or a directory pinned by a digest of its
+//     listing); Run.CheckInputs says, as an *InputChangedError (which is
+//     ErrSpecMismatch), when a path holds something else (a path missing
+//     on this machine is not checked).
 //   - A parsed Experiment starts from Defaults() (the paper's settings), gets
 //     the fields that depend on other fields from Normalize(), and passes
 //     Validate(). Parse returns nothing else.

@@ -383,7 +383,13 @@ func (e *Experiment) Normalize() {
 		e.Tools.Sandbox = SandboxLocal
 	}
 	if e.Rollout.Concurrency == 0 {
-		e.Rollout.Concurrency = e.Model.Concurrency * max(1, len(e.Model.Endpoints))
+		// Bounded by validation's maximum: many endpoints at a high
+		// concurrency each must not make a default that is an error.
+		c := e.Model.Concurrency // validation reports a bad one
+		if c > 0 {
+			c = min(min(c, MaxRolloutConcurrency)*min(max(1, len(e.Model.Endpoints)), MaxRolloutConcurrency), MaxRolloutConcurrency)
+		}
+		e.Rollout.Concurrency = c
 	}
 	if e.Model.Endpoints == nil {
 		e.Model.Endpoints = []string{}

@@ -22,6 +22,10 @@ type Run struct {
 	SpecDigest   string    `json:"spec_digest"`
 	WhaleVersion string    `json:"whale_version"`
 	Created      time.Time `json:"created"`
+	// Inputs are the files and directories outside the bucket that the
+	// spec's path fields name, as init found them (see Input); none for a
+	// run frozen before whale recorded them.
+	Inputs []Input `json:"inputs,omitempty"`
 }
 
 // ErrSpecMismatch is matched by the *MismatchError that CheckSame returns.
@@ -66,6 +70,12 @@ func Freeze(exp *Experiment, version string, now time.Time) (*Run, error) {
 // differs from today's for the very same file, yet it is the same
 // experiment when those fields take their defaults in both.
 func CheckSame(run *Run, exp *Experiment) error {
+	return checkSame(run, run.Spec.Clone(), exp)
+}
+
+// checkSame is CheckSame with the stored spec given apart (a copy of
+// run.Spec, which it normalizes).
+func checkSame(run *Run, stored, exp *Experiment) error {
 	e := exp.Clone()
 	e.Normalize()
 	digest, err := Digest(e)
@@ -75,7 +85,6 @@ func CheckSame(run *Run, exp *Experiment) error {
 	if digest == run.SpecDigest {
 		return nil
 	}
-	stored := run.Spec.Clone()
 	stored.Normalize()
 	now, err := Digest(stored)
 	if err != nil {

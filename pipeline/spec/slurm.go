@@ -123,10 +123,9 @@ func (e *Experiment) validateSlurm(c *checker) {
 		for _, f := range []struct {
 			name string
 			v    int
-		}{{"gpus", r.GPUs}, {"cpus", r.CPUs}, {"max_parallel", r.MaxParallel}} {
-			if f.v < 0 {
-				c.add(path+"."+f.name, "must be at least 0, got %d", f.v)
-			}
+			most int64
+		}{{"gpus", r.GPUs, MaxSlurmGPUs}, {"cpus", r.CPUs, MaxSlurmCPUs}, {"max_parallel", r.MaxParallel, MaxShards}} {
+			c.count(path+"."+f.name, int64(f.v), 0, f.most)
 		}
 		for i, x := range r.Extra {
 			if !strings.HasPrefix(x, "-") {

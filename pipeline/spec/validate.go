@@ -21,6 +21,50 @@ var (
 	envVarRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
+// Bounds of the experiment's counts: far above any real experiment, low
+// enough that a typo (an extra digit run, 1e9, 2^63-1) is an error at init
+// rather than a run that allocates, spawns or waits without end.
+const (
+	// MaxGroupSize bounds rsft.group_size, the rollouts per prompt.
+	MaxGroupSize = 1024
+	// MaxBatchSize bounds rsft.batch_size, the prompts of a weight step.
+	MaxBatchSize = 1 << 20
+	// MaxSamples bounds eval.k and harness.samples_per_candidate.
+	MaxSamples = 1024
+	// MaxSFTEpochs bounds rsft.sft_epochs.
+	MaxSFTEpochs = 1000
+	// MaxLoRA bounds rsft.lora_rank and rsft.lora_alpha.
+	MaxLoRA = 1 << 16
+	// MaxTokens bounds model.max_tokens and harness.llm.max_tokens.
+	MaxTokens = 1 << 21
+	// MaxTopK bounds model.top_k (a vocabulary is under a million tokens).
+	MaxTopK = 1 << 20
+	// MaxConcurrency bounds model.concurrency, requests in flight per
+	// endpoint.
+	MaxConcurrency = 4096
+	// MaxEndpoints bounds model.endpoints and harness.llm.endpoints.
+	MaxEndpoints = 1024
+	// MaxRolloutConcurrency bounds rollout.concurrency, episodes in flight
+	// per shard; its default, model.concurrency × endpoints, is capped at it.
+	MaxRolloutConcurrency = 1 << 16
+	// MaxShards bounds rollout.shards (Slurm array tasks).
+	MaxShards = 10000
+	// MaxCandidates bounds harness.candidates_per_iteration.
+	MaxCandidates = 1024
+	// MaxSearchSetSize bounds harness.search_set_size.
+	MaxSearchSetSize = 1 << 20
+	// MaxIterations bounds the harness iterations of the switch rules.
+	MaxIterations = 100000
+	// MaxSteps bounds budget.weight_steps and budget.harness_iterations.
+	MaxSteps = 1 << 20
+	// MaxRollouts bounds budget.rollouts.
+	MaxRollouts = 1 << 40
+	// MaxSlurmGPUs, MaxSlurmCPUs and MaxShards bound slurm.*.gpus, cpus and
+	// max_parallel.
+	MaxSlurmGPUs = 1024
+	MaxSlurmCPUs = 1 << 16
+)
+
 // reservedExtra are request fields whale sets itself; model.extra may not
 // override them, or the spec would say one thing and the requests another.
 var reservedExtra = []string{
@@ -60,6 +104,16 @@ func (c *checker) oneOf(path, got string, allowed []string) {
 func (c *checker) atLeast(path string, got, least int64) {
 	if got < least {
 		c.add(path, "must be at least %d, got %d", least, got)
+	}
+}
+
+// count checks a count against its bounds (see the Max constants).
+func (c *checker) count(path string, got, least, most int64) {
+	switch {
+	case got < least:
+		c.add(path, "must be at least %d, got %d", least, got)
+	case got > most:
+		c.add(path, "must be at most %d, got %d (allowed %d to %d)", most, got, least, most)
 	}
 }
 
@@ -138,14 +192,14 @@ func (e *Experiment) validate() ErrorList {
 	e.validateModel(c)
 	if weights {
 		r := e.RSFT
-		c.atLeast("rsft.group_size", int64(r.GroupSize), 1)
-		c.atLeast("rsft.batch_size", int64(r.BatchSize), 1)
+		c.count("rsft.group_size", int64(r.GroupSize), 1, MaxGroupSize)
+		c.count("rsft.batch_size", int64(r.BatchSize), 1, MaxBatchSize)
 		c.within("rsft.threshold", r.Threshold, 0, 1)
 		c.positive("rsft.learning_rate", r.LearningRate)
-		c.atLeast("rsft.sft_epochs", int64(r.SFTEpochs), 1)
+		c.count("rsft.sft_epochs", int64(r.SFTEpochs), 1, MaxSFTEpochs)
 		if r.LoRA {
-			c.atLeast("rsft.lora_rank", int64(r.LoRARank), 1)
-			c.atLeast("rsft.lora_alpha", int64(r.LoRAAlpha), 1)
+			c.count("rsft.lora_rank", int64(r.LoRARank), 1, MaxLoRA)
+			c.count("rsft.lora_alpha", int64(r.LoRAAlpha), 1, MaxLoRA)
 		}
 		e.validateFinetune(c)
 	}
@@ -153,11 +207,11 @@ func (e *Experiment) validate() ErrorList {
 		e.validateHarness(c)
 	}
 	e.validateBudget(c, weights)
-	c.atLeast("eval.k", int64(e.Eval.K), 1)
+	c.count("eval.k", int64(e.Eval.K), 1, MaxSamples)
 	e.validateTools(c)
 	e.validateSlurm(c)
-	c.atLeast("rollout.shards", int64(e.Rollout.Shards), 1)
-	c.atLeast("rollout.concurrency", int64(e.Rollout.Concurrency), 1)
+	c.count("rollout.shards", int64(e.Rollout.Shards), 1, MaxShards)
+	c.count("rollout.concurrency", int64(e.Rollout.Concurrency), 1, MaxRolloutConcurrency)
 	return c.errs
 }
 
@@ -170,7 +224,7 @@ func (e *Experiment) validateSwitch(c *checker) {
 	switch e.Switch.Mode {
 	case SwitchFixed:
 		c.positive("switch.fixed.epochs", e.Switch.Fixed.Epochs)
-		c.atLeast("switch.fixed.iterations", int64(e.Switch.Fixed.Iterations), 1)
+		c.count("switch.fixed.iterations", int64(e.Switch.Fixed.Iterations), 1, MaxIterations)
 	case SwitchPatience:
 		p := e.Switch.Patience
 		c.positive("switch.patience.window", p.Window)
@@ -178,8 +232,8 @@ func (e *Experiment) validateSwitch(c *checker) {
 			c.add("switch.patience.burn_in", "must be a number >= 0, got %v", p.BurnIn)
 		}
 		c.positive("switch.patience.patience", p.Patience)
-		c.atLeast("switch.patience.harness_min", int64(p.HarnessMin), 1)
-		c.atLeast("switch.patience.harness_patience", int64(p.HarnessPatience), 1)
+		c.count("switch.patience.harness_min", int64(p.HarnessMin), 1, MaxIterations)
+		c.count("switch.patience.harness_patience", int64(p.HarnessPatience), 1, MaxIterations)
 		if p.HarnessCap < p.HarnessMin {
 			c.add("switch.patience.harness_cap", "must be at least harness_min (%d), got %d", p.HarnessMin, p.HarnessCap)
 		}
@@ -210,6 +264,9 @@ func (e *Experiment) validateModel(c *checker) {
 			c.add("model.endpoints", "required: at least one OpenAI-compatible base URL for provider openai")
 		}
 	}
+	if len(m.Endpoints) > MaxEndpoints {
+		c.add("model.endpoints", "at most %d endpoints, got %d", MaxEndpoints, len(m.Endpoints))
+	}
 	for i, ep := range m.Endpoints {
 		c.endpoint(fmt.Sprintf("model.endpoints[%d]", i), ep)
 	}
@@ -217,14 +274,14 @@ func (e *Experiment) validateModel(c *checker) {
 	if math.IsNaN(m.Temperature) || math.IsInf(m.Temperature, 0) || m.Temperature < 0 {
 		c.add("model.temperature", "must be a number >= 0, got %v", m.Temperature)
 	}
-	if m.TopK < -1 {
-		c.add("model.top_k", "must be -1 (disabled), 0 (disabled) or a positive count, got %d", m.TopK)
+	if m.TopK < -1 || m.TopK > MaxTopK {
+		c.add("model.top_k", "must be -1 (disabled), 0 (disabled) or a count up to %d, got %d", MaxTopK, m.TopK)
 	}
 	if math.IsNaN(m.TopP) || m.TopP <= 0 || m.TopP > 1 {
 		c.add("model.top_p", "must be in (0, 1], got %v", m.TopP)
 	}
-	c.atLeast("model.max_tokens", int64(m.MaxTokens), 1)
-	c.atLeast("model.concurrency", int64(m.Concurrency), 1)
+	c.count("model.max_tokens", int64(m.MaxTokens), 1, MaxTokens)
+	c.count("model.concurrency", int64(m.Concurrency), 1, MaxConcurrency)
 	if len(m.Stop) > 16 {
 		c.add("model.stop", "at most 16 stop sequences, got %d", len(m.Stop))
 	}
@@ -347,9 +404,9 @@ var proposerChecks = map[string]func(*Experiment, *checker){
 func (e *Experiment) validateHarness(c *checker) {
 	h := e.Harness
 	c.required("harness.initial", h.Initial, `the starting harness, e.g. "h0"`)
-	c.atLeast("harness.candidates_per_iteration", int64(h.CandidatesPerIteration), 1)
-	c.atLeast("harness.search_set_size", int64(h.SearchSetSize), 1)
-	c.atLeast("harness.samples_per_candidate", int64(h.SamplesPerCandidate), 1)
+	c.count("harness.candidates_per_iteration", int64(h.CandidatesPerIteration), 1, MaxCandidates)
+	c.count("harness.search_set_size", int64(h.SearchSetSize), 1, MaxSearchSetSize)
+	c.count("harness.samples_per_candidate", int64(h.SamplesPerCandidate), 1, MaxSamples)
 	c.oneOf("harness.proposer", h.Proposer, propose.Backends())
 	if check := proposerChecks[h.Proposer]; check != nil {
 		check(e, c)
@@ -372,6 +429,9 @@ func (e *Experiment) validateLLMProposer(c *checker) {
 	if len(p.Endpoints) == 0 {
 		c.add("harness.llm.endpoints", "required: at least one OpenAI-compatible base URL for proposer llm")
 	}
+	if len(p.Endpoints) > MaxEndpoints {
+		c.add("harness.llm.endpoints", "at most %d endpoints, got %d", MaxEndpoints, len(p.Endpoints))
+	}
 	for i, ep := range p.Endpoints {
 		c.endpoint(fmt.Sprintf("harness.llm.endpoints[%d]", i), ep)
 	}
@@ -379,17 +439,17 @@ func (e *Experiment) validateLLMProposer(c *checker) {
 	if math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0) || p.Temperature < 0 {
 		c.add("harness.llm.temperature", "must be a number >= 0, got %v", p.Temperature)
 	}
-	c.atLeast("harness.llm.max_tokens", int64(p.MaxTokens), 1)
+	c.count("harness.llm.max_tokens", int64(p.MaxTokens), 1, MaxTokens)
 }
 
 func (e *Experiment) validateBudget(c *checker, weights bool) {
 	b := e.Budget
-	c.atLeast("budget.weight_steps", int64(b.WeightSteps), 0)
+	c.count("budget.weight_steps", int64(b.WeightSteps), 0, MaxSteps)
 	if math.IsNaN(b.Epochs) || math.IsInf(b.Epochs, 0) || b.Epochs < 0 {
 		c.add("budget.epochs", "must be a number >= 0, got %v", b.Epochs)
 	}
-	c.atLeast("budget.rollouts", b.Rollouts, 0)
-	c.atLeast("budget.harness_iterations", int64(b.HarnessIterations), 0)
+	c.count("budget.rollouts", b.Rollouts, 0, MaxRollouts)
+	c.count("budget.harness_iterations", int64(b.HarnessIterations), 0, MaxSteps)
 	if weights && b.WeightSteps == 0 && b.Epochs == 0 && b.Rollouts == 0 {
 		c.add("budget", "set at least one of weight_steps, epochs or rollouts for schedule %s", e.Schedule)
 	}
