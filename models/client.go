@@ -345,8 +345,8 @@ func encodeExtra(extra map[string]any) ([]byte, error) {
 
 // attempt makes one HTTP call on ep under the per-call timeout.
 //
-// It goes straight to net/http: the body is already encoded and the reply
-// is decoded once into a lean struct.
+// It goes straight to net/http: the body is already encoded, and the
+// reply is read up to MaxReplyBytes and decoded once.
 func (c *Client) attempt(ctx context.Context, ep *endpoint, body []byte) (*Response, *attemptError) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()

@@ -33,6 +33,9 @@ func TestRequestBody(t *testing.T) {
 				`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"search","arguments":"{\"q\":\"x\"}"}}],"reasoning_content":"think","reasoning":"think"},` +
 				`{"role":"tool","content":"r","name":"search","tool_call_id":"c1"},` +
 				`{"role":"assistant","content":"a","reasoning_content":"r","reasoning":"r"}]}`},
+		{"a tool call whose id a harness left out is sent with an empty id", Config{}, Request{Messages: []schemas.Message{
+			{Role: "assistant", ToolCalls: []schemas.ToolCall{{Name: "f", Arguments: "{}"}}}}},
+			`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`},
 		{"tools and a mode", Config{}, Request{Messages: []schemas.Message{{Role: "user"}},
 			Tools: []Tool{{Name: "search", Description: "d", Parameters: map[string]any{"type": "object"}}}, ToolChoice: "required"},
 			`{"model":"m","messages":[{"role":"user","content":""}],"tools":[{"type":"function","function":{"name":"search","description":"d","parameters":{"type":"object"}}}],"tool_choice":"required"}`},

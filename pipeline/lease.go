@@ -22,6 +22,8 @@ var LeaseTTL = 2 * time.Minute
 
 // JobStates reports scheduler jobs: slurm.Client, or a fake in tests.
 type JobStates interface {
+	// Cluster names the cluster whose jobs State reports.
+	Cluster(ctx context.Context) (string, error)
 	State(ctx context.Context, id string) (slurm.Job, error)
 }
 
@@ -66,21 +68,18 @@ func thisSlurmJob() string {
 
 // jobEnded reports whether the Slurm job a lease's holder ran in is over:
 // in a terminal state, or forgotten by the controller (it forgets a job
-// MinJobAge after it ends). It cannot tell — and says false — for a
-// holder outside Slurm, a job of another cluster than the one this
-// process runs in, or where Slurm's commands fail. The job id is asked
-// of the cluster whose commands this machine has: one bucket's runs are
-// assumed to share one cluster unless the jobs say otherwise.
+// MinJobAge after it ends). Job ids are per cluster, so it asks only when
+// the cluster this machine's Slurm commands talk to is the holder's (by
+// name: SLURM_CLUSTER_NAME in a job, else scontrol show config). It
+// cannot tell — and says false — for a holder outside Slurm, a job of
+// another or an unnamed cluster, or where Slurm's commands fail.
 func (r *Runner) jobEnded(ctx context.Context, rec storage.LeaseRecord) (string, bool) {
 	rest, ok := strings.CutPrefix(rec.Job, slurmJobPrefix)
 	if !ok {
 		return "", false
 	}
 	cluster, id, ok := strings.Cut(rest, ":")
-	if !ok || id == "" {
-		return "", false
-	}
-	if mine := os.Getenv("SLURM_CLUSTER_NAME"); mine != "" && cluster != "" && mine != cluster {
+	if !ok || id == "" || cluster == "" {
 		return "", false
 	}
 	jobs := r.Jobs
@@ -89,6 +88,17 @@ func (r *Runner) jobEnded(ctx context.Context, rec storage.LeaseRecord) (string,
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	mine := os.Getenv("SLURM_CLUSTER_NAME")
+	if mine == "" {
+		var err error
+		if mine, err = jobs.Cluster(ctx); err != nil {
+			r.log().Debug("lease holder's Slurm job: cannot tell which cluster this is", "job", rec.Job, "err", err)
+			return "", false
+		}
+	}
+	if mine != cluster {
+		return "", false
+	}
 	j, err := jobs.State(ctx, id)
 	switch {
 	case errors.Is(err, slurm.ErrUnknownJob):

@@ -13,8 +13,11 @@ import (
 	"github.com/whalerun/whale/storage"
 )
 
-// fakeJobs answers State from a table: a state, or an error.
+// fakeJobs answers State from a table: a state, or an error; its
+// cluster is c1.
 type fakeJobs map[string]any
+
+func (f fakeJobs) Cluster(context.Context) (string, error) { return "c1", nil }
 
 func (f fakeJobs) State(_ context.Context, id string) (slurm.Job, error) {
 	switch v := f[id].(type) {
@@ -44,6 +47,8 @@ func TestLeaseOfEndedSlurmJob(t *testing.T) {
 		{"slurm:c1:15", "", ""},
 		{"slurm:c1:14", "", ""},
 		{"slurm:c1:11", "c2", ""},
+		{"slurm:c2:11", "", ""},
+		{"slurm::11", "", ""},
 		{"", "", ""},
 		{"pbs:7", "", ""},
 	}

@@ -17,15 +17,19 @@ package storage
 // writer lists the folder after its create and counts only if its
 // generation is the newest.
 //
-// A crashed holder: a live generation whose holder has ended for certain
-// may be taken over before it expires. AcquireLease checks a holder on
-// the same host itself (internal/proc: its process is gone, the host
-// rebooted, or the id now names another process); LeaseOptions.Ended may
-// add what the caller can check (a scheduler job that is over). A holder
-// on another host that nothing can check is honoured until expiry. A
-// misjudged takeover still cannot give two writers: the old holder's next
-// renewal finds the generation taken and stops (ErrLeaseLost).
-//
+// A crashed holder: a live generation whose holder has ended may be
+// taken over before it expires. AcquireLease checks a holder on the same
+// host and machine itself (internal/proc: the machine rebooted after the
+// holder started, or, in the same boot, PID namespace and user, no
+// process of its id started at its time); LeaseOptions.Ended may add what
+// the caller can check (a scheduler job that is over). Every check
+// answers "cannot tell" rather than guess, and a holder nothing can check
+// is honoured until expiry. Were a takeover wrong all the same, both
+// processes would run stages until the old holder's next renewal (a
+// third of the TTL) found its generation taken and stopped it
+// (ErrLeaseLost); the commit protocol keeps what they commit consistent,
+// but work outside the bucket (a trainer, a reload) may run twice.
+
 // Clock skew: a generation's expiry is computed on the writer's clock and
 // compared with the reader's. Hosts whose clocks differ by d see a lease
 // expire up to d early or late, so ttl must be much longer than any skew
@@ -75,19 +79,23 @@ type LeaseRecord struct {
 	Acquired time.Time `json:"acquired"`
 	Expires  time.Time `json:"expires"` // on the writer's clock
 	Released bool      `json:"released"`
-	// BootID, PIDNamespace and Start name the holder's process on Host
+	// BootID, MachineID, PIDNamespace, Start and UID name the holder's
+	// process on Host
 	// (see internal/proc), so that another process there can tell that it
 	// has ended. Empty in generations written before whale recorded them.
 	BootID       string `json:"boot_id,omitempty"`
+	MachineID    string `json:"machine_id,omitempty"`
 	PIDNamespace string `json:"pid_ns,omitempty"`
 	Start        uint64 `json:"start,omitempty"`
+	// UID is the holder's user id (meaningful with MachineID set).
+	UID int `json:"uid"`
 	// Job is the scheduler job the holder ran in (LeaseOptions.Job).
 	Job string `json:"job,omitempty"`
 }
 
 // process is the identity of the record's holder process.
 func (r LeaseRecord) process() proc.Identity {
-	return proc.Identity{Host: r.Host, PID: r.PID, BootID: r.BootID, PIDNamespace: r.PIDNamespace, Start: r.Start}
+	return proc.Identity{Host: r.Host, PID: r.PID, UID: r.UID, MachineID: r.MachineID, BootID: r.BootID, PIDNamespace: r.PIDNamespace, Start: r.Start}
 }
 
 // LeaseOptions say who takes a lease, for how long, and how to tell that
@@ -201,7 +209,7 @@ func AcquireLease(ctx context.Context, s *Store, folder string, o LeaseOptions) 
 		now := leaseNow()
 		var takeover *Takeover
 		if cur.Live(now) {
-			why, ended := cur.process().Gone(me)
+			why, ended := cur.process().Gone(me, cur.Acquired)
 			if !ended && o.Ended != nil {
 				why, ended = o.Ended(ctx, cur)
 			}
@@ -211,7 +219,7 @@ func AcquireLease(ctx context.Context, s *Store, folder string, o LeaseOptions) 
 			takeover = &Takeover{Previous: cur, Why: why}
 		}
 		next := LeaseRecord{Generation: cur.Generation + 1, Holder: o.Holder, Host: me.Host, PID: me.PID,
-			BootID: me.BootID, PIDNamespace: me.PIDNamespace, Start: me.Start, Job: o.Job,
+			BootID: me.BootID, MachineID: me.MachineID, PIDNamespace: me.PIDNamespace, Start: me.Start, UID: me.UID, Job: o.Job,
 			Token: token, Acquired: now, Expires: now.Add(o.TTL)}
 		outcome, _, err := l.create(ctx, next)
 		if err != nil {

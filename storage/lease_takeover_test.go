@@ -44,11 +44,11 @@ func TestLeaseTakeover(t *testing.T) {
 	reused.Start++ // the pid now names a process started later
 
 	record := func(id proc.Identity, job string) storage.LeaseRecord {
-		return storage.LeaseRecord{Generation: 1, Holder: "whale run (crashed)", Host: id.Host, PID: id.PID,
-			BootID: id.BootID, PIDNamespace: id.PIDNamespace, Start: id.Start, Job: job, Token: "t0",
+		return storage.LeaseRecord{Generation: 1, Holder: "whale run (crashed)", Host: id.Host, PID: id.PID, UID: id.UID,
+			BootID: id.BootID, MachineID: id.MachineID, PIDNamespace: id.PIDNamespace, Start: id.Start, Job: job, Token: "t0",
 			Acquired: time.Now(), Expires: time.Now().Add(time.Hour)}
 	}
-	other := record(proc.Identity{Host: "elsewhere", PID: dead.PID, BootID: "b", PIDNamespace: "pid:[1]", Start: 1}, "")
+	other := record(proc.Identity{Host: "elsewhere", PID: dead.PID, MachineID: self.MachineID, BootID: "b", PIDNamespace: "pid:[1]", Start: 1}, "")
 	jobEnded := func(_ context.Context, r storage.LeaseRecord) (string, bool) {
 		if r.Job == "slurm:c:42" {
 			return "slurm job 42 is COMPLETED", true
@@ -65,6 +65,11 @@ func TestLeaseTakeover(t *testing.T) {
 		{"pid reused", record(reused, ""), nil, "is another process"},
 		{"holder running", record(alive, ""), nil, ""},
 		{"another host", other, nil, ""},
+		{"another machine of the same name", func() storage.LeaseRecord {
+			r := record(dead, "")
+			r.MachineID, r.BootID = "cloned-vm", "another-boot"
+			return r
+		}(), nil, ""},
 		{"another host, its job over", func() storage.LeaseRecord { r := other; r.Job = "slurm:c:42"; return r }(), jobEnded, "COMPLETED"},
 		{"another host, its job running", func() storage.LeaseRecord { r := other; r.Job = "slurm:c:43"; return r }(), jobEnded, ""},
 	}
@@ -91,7 +96,8 @@ func TestLeaseTakeover(t *testing.T) {
 					t.Fatalf("takeover %+v, want one of t0 saying %q", to, tc.why)
 				}
 				rec := l.Record()
-				if rec.Generation != 2 || rec.BootID != self.BootID || rec.PID != self.PID || rec.Start != self.Start {
+				if rec.Generation != 2 || rec.BootID != self.BootID || rec.MachineID != self.MachineID || rec.PID != self.PID ||
+					rec.UID != self.UID || rec.Start != self.Start {
 					t.Fatalf("new generation %+v does not name this process", rec)
 				}
 				// The new holder is alive: the next one waits.

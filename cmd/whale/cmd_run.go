@@ -289,8 +289,9 @@ func runStep(ctx context.Context, o runOptions, out io.Writer, toEnd bool) error
 		}
 		fmt.Fprintf(out, "%s at %s: %s\n", res.Plan.Stage, res.Plan.Decision.Position, describeResult(res.Result))
 	}
+	steps := 0
 	if toEnd {
-		err = r.RunToEnd(ctx, report)
+		err = r.RunToEnd(ctx, func(res *pipeline.StepResult) { steps++; report(res) })
 	} else {
 		var res *pipeline.StepResult
 		if res, err = r.Step(ctx); err == nil {
@@ -301,7 +302,10 @@ func runStep(ctx context.Context, o runOptions, out io.Writer, toEnd bool) error
 	if errors.As(err, &held) {
 		if toEnd {
 			// Not cron: a script running `whale run X && whale report X`
-			// must know that nothing ran (exit 4).
+			// must know that the run did not end here (exit 4).
+			if steps > 0 {
+				return fmt.Errorf("run %s: after %d stage(s) here, another process took the run's lease and goes on with it: %w", o.Run, steps, held)
+			}
 			return fmt.Errorf("run %s is busy: %w", o.Run, held)
 		}
 		// Cron ticks overlap: the other holder is doing the work.

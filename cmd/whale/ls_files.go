@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -148,6 +149,14 @@ func parseOutsideRoot(redacted string) (*outsideRoot, error) {
 	u, err := url.Parse(redacted)
 	if err != nil {
 		return nil, fmt.Errorf("root %s: %w", redacted, err)
+	}
+	// Redaction rewrote a part of the root that addresses depend on (a
+	// query that does not parse strictly, a value encoded twice, a path):
+	// the addresses built from it would point elsewhere. (User info is
+	// dropped anyway.)
+	if redacted == redact.Unparseable || strings.Contains(u.Host, redact.Mark) || strings.Contains(u.Path, redact.Mark) ||
+		strings.Contains(u.RawQuery, redact.Mark) {
+		return nil, fmt.Errorf("root %s: whale cannot say where its files are for readers outside whale; write the root URL without secrets and with a plain query", redacted)
 	}
 	q := u.Query()
 	prefix := strings.Trim(q.Get("prefix"), "/")

@@ -286,6 +286,12 @@ func TestDuckDBViewText(t *testing.T) {
 	if _, err := view("mem://x"); err == nil || !strings.Contains(err.Error(), "inside one whale process") {
 		t.Errorf("mem root: %v", err)
 	}
+	// A root whose query redaction had to rewrite: its prefix is unknown.
+	for _, root := range []string{"s3://bkt?prefix=a;b&region=x", "s3://bkt?prefix=%2561&region=x", "s3://bkt?region=x&token=abc"} {
+		if _, err := view(root); err == nil || !strings.Contains(err.Error(), "cannot say where its files are") {
+			t.Errorf("root %s: %v", root, err)
+		}
+	}
 
 	sql, err = view("s3://AKIAUSER:topsecret@bkt/pre/fix?endpoint=https://AKIAEP:epsecret@minio.example:9000/&region=eu-west-1&s3ForcePathStyle=true&profile=lab")
 	if err != nil {

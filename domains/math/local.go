@@ -23,7 +23,10 @@ const (
 	DefaultRunTimeout    = 10 * time.Second
 	DefaultMemoryLimitMB = 1024
 	// DefaultMaxProcesses caps the processes and threads of one run
-	// (RLIMIT_NPROC, counted per sandbox), so a fork bomb stops there.
+	// (RLIMIT_NPROC), so a fork bomb stops there. Linux counts it per
+	// user namespace, so per sandbox, from 5.14 on; older kernels count
+	// every process of the sandbox user, so runs at once share the cap
+	// (the probe warns).
 	DefaultMaxProcesses = 32
 	// DefaultMaxOpenFiles caps the open files of each process
 	// (RLIMIT_NOFILE).
@@ -307,8 +310,33 @@ func (r *LocalPython) probe(ctx context.Context) error {
 			err = fmt.Errorf("%w (whale is root, so bwrap runs as uid %d: the interpreter must be readable by every user)", err, sandboxID)
 		}
 	}
+	if err == nil && !kernelAtLeast(5, 14) {
+		r.opts.Log.Warn("local python: this kernel counts RLIMIT_NPROC per user, not per sandbox (before Linux 5.14): "+
+			"runs at once share MaxProcesses, so a program that forks may fail depending on how many run", "max_processes", r.opts.MaxProcesses)
+	}
 	probes.Store(key, err)
 	return err
+}
+
+// kernelAtLeast reports whether the running Linux kernel's release is at
+// least major.minor; false where it cannot tell.
+func kernelAtLeast(major, minor int) bool {
+	var u syscall.Utsname
+	if syscall.Uname(&u) != nil {
+		return false
+	}
+	var b strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(b.String(), "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
 }
 
 // Python is the interpreter the runner uses.

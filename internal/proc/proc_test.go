@@ -7,11 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestGone(t *testing.T) {
 	self := Self()
-	if self.BootID == "" || self.PIDNamespace == "" || self.Start == 0 {
+	if self.BootID == "" || self.MachineID == "" || self.PIDNamespace == "" || self.Start == 0 {
 		t.Skipf("no /proc to read here (%+v): Gone can never tell, which TestGoneCannotTell covers", self)
 	}
 	cmd := exec.Command("sleep", "60")
@@ -25,46 +26,69 @@ func TestGone(t *testing.T) {
 	if child.Start, err = startTime(strconv.Itoa(child.PID)); err != nil {
 		t.Fatal(err)
 	}
-	if why, ok := child.Gone(self); ok {
+	if why, ok := child.Gone(self, time.Now()); ok {
 		t.Fatalf("a running child is gone: %s", why)
 	}
-	if why, ok := self.Gone(self); ok {
+	if why, ok := self.Gone(self, time.Now()); ok {
 		t.Fatalf("this process is gone: %s", why)
 	}
 	reused := child
 	reused.Start++
-	if why, ok := reused.Gone(self); !ok || !strings.Contains(why, "is another process") {
+	if why, ok := reused.Gone(self, time.Now()); !ok || !strings.Contains(why, "is another process") {
 		t.Fatalf("a reused pid: %q %v", why, ok)
 	}
 	rebooted := child
 	rebooted.BootID = "00000000-0000-0000-0000-000000000000"
-	if why, ok := rebooted.Gone(self); !ok || !strings.Contains(why, "rebooted") {
+	if why, ok := rebooted.Gone(self, time.Now().Add(-10*365*24*time.Hour)); !ok || !strings.Contains(why, "rebooted") {
 		t.Fatalf("after a reboot: %q %v", why, ok)
+	}
+	// A holder that started after this machine booted, with another boot
+	// id, runs on another machine that shares the name and machine id (a
+	// clone): cannot tell.
+	if why, ok := rebooted.Gone(self, time.Now()); ok {
+		t.Fatalf("a holder younger than this boot is gone: %s", why)
+	}
+	// Another machine of the same name: cannot tell.
+	clone := rebooted
+	clone.MachineID = "another"
+	if why, ok := clone.Gone(self, time.Now().Add(-10*365*24*time.Hour)); ok {
+		t.Fatalf("a machine with another id is gone: %s", why)
+	}
+	// Another user's process may be hidden by /proc's hidepid.
+	other := child
+	other.UID = self.UID + 1
+	other.PID = 999999999
+	if why, ok := other.Gone(self, time.Now()); ok {
+		t.Fatalf("another user's process is gone: %s", why)
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	if why, ok := child.Gone(self); !ok || !strings.Contains(why, "no process "+strconv.Itoa(child.PID)) {
+	if why, ok := child.Gone(self, time.Now()); !ok || !strings.Contains(why, "no process "+strconv.Itoa(child.PID)) {
 		t.Fatalf("an ended child: %q %v", why, ok)
 	}
 }
 
 // TestGoneCannotTell: whatever cannot be checked from here is not gone.
 func TestGoneCannotTell(t *testing.T) {
-	self := Identity{Host: "a", PID: 10, BootID: "b1", PIDNamespace: "pid:[1]", Start: 5}
+	self := Identity{Host: "a", PID: 10, UID: 1, MachineID: "m", BootID: "b1", PIDNamespace: "pid:[1]", Start: 5}
 	for name, id := range map[string]Identity{
-		"another host":      {Host: "b", PID: 999999, BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
-		"another namespace": {Host: "a", PID: 999999, BootID: "b1", PIDNamespace: "pid:[2]", Start: 5},
-		"no boot id":        {Host: "a", PID: 999999, PIDNamespace: "pid:[1]", Start: 5},
-		"no start time":     {Host: "a", PID: 999999, BootID: "b1", PIDNamespace: "pid:[1]"},
-		"no namespace":      {Host: "a", PID: 999999, BootID: "b1", Start: 5},
-		"no pid":            {Host: "a", BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
+		"another host":      {Host: "b", PID: 999999, UID: 1, MachineID: "m", BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
+		"another machine":   {Host: "a", PID: 999999, UID: 1, MachineID: "n", BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
+		"another namespace": {Host: "a", PID: 999999, UID: 1, MachineID: "m", BootID: "b1", PIDNamespace: "pid:[2]", Start: 5},
+		"another user":      {Host: "a", PID: 999999, UID: 2, MachineID: "m", BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
+		"no boot id":        {Host: "a", PID: 999999, UID: 1, MachineID: "m", PIDNamespace: "pid:[1]", Start: 5},
+		"no machine id":     {Host: "a", PID: 999999, UID: 1, BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
+		"no start time":     {Host: "a", PID: 999999, UID: 1, MachineID: "m", BootID: "b1", PIDNamespace: "pid:[1]"},
+		"no namespace":      {Host: "a", PID: 999999, UID: 1, MachineID: "m", BootID: "b1", Start: 5},
+		"no pid":            {Host: "a", UID: 1, MachineID: "m", BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
 		"an older record":   {Host: "a", PID: 999999},
+		"unknown user (-1)": {Host: "a", PID: 999999, UID: -1, MachineID: "m", BootID: "b1", PIDNamespace: "pid:[1]", Start: 5},
 	} {
-		if why, ok := id.Gone(self); ok {
+		if why, ok := id.Gone(self, time.Now()); ok {
 			t.Errorf("%s: gone (%s)", name, why)
 		}
 	}
-	if _, ok := (Identity{Host: "a", PID: 1}).Gone(Identity{Host: "a"}); ok {
+	if _, ok := (Identity{Host: "a", PID: 1}).Gone(Identity{Host: "a"}, time.Now()); ok {
 		t.Error("gone without boot ids")
 	}
 }

@@ -110,6 +110,20 @@ func scrub(raw string, why *[]string) string {
 			*why = append(*why, fmt.Sprintf(format, args...))
 		}
 	}
+	// A password holding an unescaped '#', '?' or '/' ends the authority
+	// early: net/url then reads part of it as a host, port or path, and
+	// the rest as a fragment, query or path. user:…@ after "://" that
+	// does not parse as user info is hidden whole.
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		// (A key=value before the '@' is a query parameter's value, which
+		// the query's own rules redact.)
+		if at := strings.IndexByte(rest, '@'); at >= 0 && strings.ContainsRune(rest[:at], ':') && !strings.ContainsRune(rest[:at], '=') {
+			if u, err := url.Parse(raw); err == nil && u.User == nil {
+				note("it has what looks like user info (user:…@) that does not parse as such")
+				return Unparseable
+			}
+		}
+	}
 	// Split as net/url does: the fragment at the first '#', the query at
 	// the first '?' before it.
 	s, _, hasFrag := strings.Cut(raw, "#")
@@ -254,6 +268,10 @@ func cleanQuery(query string, note func(string, ...any)) string {
 			var inner []string
 			if w := scrub(v, &inner); w != v {
 				pairs[i] = rk + "=" + url.QueryEscape(w)
+				if escaped.MatchString(w) {
+					// Shown, it would read as encoded twice: hide it whole.
+					pairs[i] = rk + "=" + Mark
+				}
 				for _, line := range inner {
 					note("its %s parameter: %s", strings.ToLower(k), line)
 				}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -508,10 +509,31 @@ func completion(req *Request, rep Reply, withChoice bool) []byte {
 	if err != nil {
 		panic(err)
 	}
-	if rep.RawToolCalls != "" && withChoice {
-		b = withRawToolCalls(b, rep.RawToolCalls)
+	raw := rep.RawToolCalls
+	if raw == "" && slices.ContainsFunc(rep.ToolCalls, func(tc ToolCall) bool { return tc.ID == "" }) {
+		raw = callsWithoutIDs(rep.ToolCalls)
+	}
+	if raw != "" && withChoice {
+		b = withRawToolCalls(b, raw)
 	}
 	return b
+}
+
+// callsWithoutIDs is calls as JSON with the "id" key left out where the
+// ID is empty: a server that forgot it.
+func callsWithoutIDs(calls []ToolCall) string {
+	list := make([]map[string]any, len(calls))
+	for i, tc := range calls {
+		list[i] = map[string]any{"type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
+		if tc.ID != "" {
+			list[i]["id"] = tc.ID
+		}
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 // withRawToolCalls puts raw in place of the first choice's

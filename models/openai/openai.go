@@ -107,11 +107,11 @@ func (c *Content) String() string {
 	return string(*c)
 }
 
-// ToolCall is one native tool call of an assistant message. ID is
-// omitted when empty (a server that forgot it; whale's client names
-// such a call itself).
+// ToolCall is one native tool call of an assistant message. ID is always
+// encoded: OpenAI's and vLLM's request schemas require it (a reply
+// without one decodes to "", and whale's client names such a call).
 type ToolCall struct {
-	ID       string       `json:"id,omitempty"`
+	ID       string       `json:"id"`
 	Type     string       `json:"type"`
 	Function FunctionCall `json:"function"`
 }

@@ -66,8 +66,8 @@ func TestEncodeShapes(t *testing.T) {
 	}{
 		{"unset fields are left out", ChatRequest{Model: "m", Messages: []Message{{Role: "user", Content: ptr(Content("a"))}}},
 			`{"model":"m","messages":[{"role":"user","content":"a"}]}`},
-		{"a tool call without content or id", Message{Role: "assistant", ToolCalls: []ToolCall{{Type: "function", Function: FunctionCall{Name: "f", Arguments: `{"a":1}`}}}},
-			`{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`},
+		{"a tool call without content, its empty id sent", Message{Role: "assistant", ToolCalls: []ToolCall{{Type: "function", Function: FunctionCall{Name: "f", Arguments: `{"a":1}`}}}},
+			`{"role":"assistant","tool_calls":[{"id":"","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`},
 		{"stop as a list", ChatRequest{Stop: Stop{"x"}}, `{"model":"","messages":null,"stop":["x"]}`},
 		{"tool choice modes", ToolChoice("auto"), `"auto"`},
 		{"tool choice named", ToolChoice("search"), `{"function":{"name":"search"},"type":"function"}`},

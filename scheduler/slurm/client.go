@@ -237,6 +237,24 @@ func (c *Client) Jobs(ctx context.Context, f Filter) ([]Job, error) {
 	return jobs, nil
 }
 
+// Cluster is the name of the cluster this machine's Slurm commands talk
+// to (ClusterName of `scontrol show config`): job ids are per cluster.
+func (c *Client) Cluster(ctx context.Context) (string, error) {
+	out, err := c.run(ctx, "", true, "scontrol", "show", "config")
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(out) {
+		k, v, ok := strings.Cut(line, "=")
+		if ok && strings.TrimSpace(k) == "ClusterName" {
+			if name := strings.TrimSpace(v); name != "" {
+				return name, nil
+			}
+		}
+	}
+	return "", errors.New("scontrol show config: no ClusterName")
+}
+
 // State runs `scontrol show job -o ID`, which works without accounting.
 func (c *Client) State(ctx context.Context, id string) (Job, error) {
 	if !jobIDRE.MatchString(id) {

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 
+	"github.com/whalerun/whale/internal/choice"
 	"github.com/whalerun/whale/stages"
 )
 
@@ -43,13 +42,10 @@ var backends = []backend{
 
 // Backends lists the names of the finetune backends (Config.Backend) in
 // the table's order; an empty Config.Backend is the first.
-func Backends() []string {
-	names := make([]string, len(backends))
-	for i, b := range backends {
-		names[i] = b.name
-	}
-	return names
-}
+func Backends() []string { return choice.Names(backends) }
+
+// Name is the backend's name (choice.Named).
+func (b backend) Name() string { return b.name }
 
 // backendFor returns the row of the backend called name ("" is the
 // first, command); an unknown name is an error that lists the known ones.
@@ -57,23 +53,15 @@ func backendFor(name string) (backend, error) {
 	if name == "" {
 		return backends[0], nil
 	}
-	i := slices.IndexFunc(backends, func(b backend) bool { return b.name == name })
-	if i < 0 {
+	b, ok := choice.Find(backends, name)
+	if !ok {
 		quoted := make([]string, len(backends))
 		for j, b := range backends {
 			quoted[j] = fmt.Sprintf("%q", b.name)
 		}
-		return backend{}, fmt.Errorf("backend %q: want %s", name, orList(quoted))
+		return backend{}, fmt.Errorf("backend %q: want %s", name, choice.OrList(quoted))
 	}
-	return backends[i], nil
-}
-
-// orList writes names as "a, b or c".
-func orList(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	return b, nil
 }
 
 // job is one training, as a backend sees it.

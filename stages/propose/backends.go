@@ -3,9 +3,8 @@ package propose
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
+	"github.com/whalerun/whale/internal/choice"
 	"github.com/whalerun/whale/stages"
 )
 
@@ -54,13 +53,10 @@ var backends = []backend{
 
 // Backends lists the names of the propose backends (Config.Backend) in
 // the table's order.
-func Backends() []string {
-	names := make([]string, len(backends))
-	for i, b := range backends {
-		names[i] = b.name
-	}
-	return names
-}
+func Backends() []string { return choice.Names(backends) }
+
+// Name is the backend's name (choice.Named).
+func (b backend) Name() string { return b.name }
 
 // UsesLLM reports whether the backend called name asks a chat model: its
 // stage needs Stage.LLM, a client of Config.LLM.Model. It is false for
@@ -73,11 +69,11 @@ func UsesLLM(name string) bool {
 // backendFor returns the row of the backend called name; an unknown name
 // is an error that lists the known ones.
 func backendFor(name string) (backend, error) {
-	i := slices.IndexFunc(backends, func(b backend) bool { return b.name == name })
-	if i < 0 {
-		return backend{}, fmt.Errorf("backend %q: want %s", name, orList(Backends()))
+	b, ok := choice.Find(backends, name)
+	if !ok {
+		return backend{}, fmt.Errorf("backend %q: want %s", name, choice.OrList(Backends()))
 	}
-	return backends[i], nil
+	return b, nil
 }
 
 // proposer is the label of b's candidates and rejections under cfg.
@@ -86,12 +82,4 @@ func (b backend) proposer(cfg Config) string {
 		return b.name
 	}
 	return b.label(cfg)
-}
-
-// orList writes names as "a, b or c".
-func orList(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
