@@ -39,7 +39,11 @@ type Runtime struct {
 	// finetune stage hands new checkpoints to: NewRuntime sets it to the
 	// in-process server of provider local.
 	ModelEndpoints []string
-	closers        []func() error
+	// WorkDir, when set, is where the finetune stage makes its work
+	// directories: with provider local a private directory of this
+	// process, the only one its in-process server loads adapters from.
+	WorkDir string
+	closers []func() error
 }
 
 // Close releases the tools NewRuntime opened.
@@ -164,7 +168,18 @@ func (rt *Runtime) startLocal(ctx context.Context, s *storage.Store, m spec.Mode
 	if err != nil {
 		return fmt.Errorf("provider local, checkpoint %s: %w", m.Checkpoint, err)
 	}
-	srv, err := localserve.New(base, localserve.Options{Name: m.Name, Root: m.Checkpoint, Log: log, Resolve: resolve})
+	// The finetune stage's vllm-lora hand-off sends its output directory,
+	// made under rt.WorkDir: a directory of this process's own (mode
+	// 0700), the one the server may load adapters from, so that nothing
+	// another user leaves in the system's temporary directory is loaded.
+	work, err := os.MkdirTemp("", "whale-finetune-")
+	if err != nil {
+		return fmt.Errorf("provider local: a work directory for fine-tuning: %w", err)
+	}
+	rt.WorkDir = work
+	rt.closers = append(rt.closers, func() error { return os.RemoveAll(work) })
+	srv, err := localserve.New(base, localserve.Options{Name: m.Name, Root: m.Checkpoint, Log: log, Resolve: resolve,
+		AdapterDir: work})
 	if err != nil {
 		return err
 	}

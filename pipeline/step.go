@@ -349,7 +349,12 @@ func (r *Runner) stageImpl(name string) (stages.Stage, error) {
 		if len(rt.ModelEndpoints) > 0 {
 			endpoints = rt.ModelEndpoints
 		}
-		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: endpoints}, nil
+		// The reload goes to the servers rollouts call, with their key.
+		var key string
+		if e.Model.APIKeyEnv != "" {
+			key = os.Getenv(e.Model.APIKeyEnv)
+		}
+		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: endpoints, WorkDir: rt.WorkDir, APIKey: key}, nil
 	case StagePropose:
 		return &propose.Stage{Domain: rt.Domain, LLM: rt.Proposer, Log: r.Log, Sources: propose.StoreSources(r.Store)}, nil
 	case StageEvaluate:

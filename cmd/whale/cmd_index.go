@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,6 +26,10 @@ type indexServeOptions struct {
 	Name     string
 	Addr     string
 	CacheDir string
+	Token    serveToken
+	// MaxInFlight bounds the requests answered at once (429 beyond it);
+	// 0 means the server's default.
+	MaxInFlight int
 	// ready, when set, is told the address the server listens on (tests
 	// pass port 0).
 	ready func(addr string)
@@ -64,19 +67,28 @@ name is refused.`,
 				Usage: "answer the Search-R1 retrieval API (POST /retrieve) from an index in the bucket",
 				Description: `Downloads indexes/<name> into a local cache (reused while the corpus is
 the same) and serves POST /retrieve {"queries": [...], "topk": k,
-"return_scores": true} and GET /health until interrupted.`,
+"return_scores": true} and GET /health until interrupted.
+
+A request holds at most 4096 queries of at most 4096 bytes each in a body
+of at most 1 MiB (400, 413), declared as application/json or not at all
+(415), read within 30 seconds and answered within 60 (503 past it). When
+$WHALE_SERVE_TOKEN (or the variable --token-env names) is set, /retrieve
+needs it as "Authorization: Bearer TOKEN" (401). Requests beyond
+--max-in-flight get 429 with Retry-After, which whale's client waits out.`,
 				Flags: []cli.Flag{
 					rootFlag(),
 					&cli.StringFlag{Name: "name", Required: true, Usage: "index `NAME` under indexes/"},
 					&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8000", Usage: "listen `ADDRESS`"},
 					&cli.StringFlag{Name: "cache", Usage: "local cache `DIR` for unpacked indexes (default: the user cache dir)"},
+					tokenFlag(),
+					&cli.IntFlag{Name: "max-in-flight", Usage: "requests answered at once, more get 429 (`N`; default 64)"},
 				},
 				Action: action(func(c *cli.Context, args []string) error {
 					if len(args) != 0 {
 						return usagef("index serve takes no arguments")
 					}
 					return runIndexServe(c.Context, indexServeOptions{Root: c.String("root"), Name: c.String("name"),
-						Addr: c.String("addr"), CacheDir: c.String("cache")}, c.App.Writer)
+						Addr: c.String("addr"), CacheDir: c.String("cache"), Token: tokenOf(c), MaxInFlight: c.Int("max-in-flight")}, c.App.Writer)
 				}),
 			},
 		},
@@ -125,6 +137,13 @@ func runIndexServe(ctx context.Context, o indexServeOptions, out io.Writer) erro
 	if err := searchqa.Indexes.Check(o.Name); err != nil {
 		return usageError{fmt.Errorf("--name: %w", err)}
 	}
+	token, err := o.Token.value()
+	if err != nil {
+		return err
+	}
+	if o.MaxInFlight < 0 {
+		return usagef("--max-in-flight %d: want ≥ 1", o.MaxInFlight)
+	}
 	ix, err := openStoredIndex(ctx, o.Root, o.Name, o.CacheDir)
 	if err != nil {
 		return err
@@ -134,8 +153,8 @@ func runIndexServe(ctx context.Context, o indexServeOptions, out io.Writer) erro
 	if err != nil {
 		return usageError{fmt.Errorf("--addr: %w", err)}
 	}
-	srv := &http.Server{Handler: searchqa.NewServer(ix), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(out, "serving index %s (%d passages) on http://%s/retrieve\n", o.Name, ix.Info().Docs, ln.Addr())
+	srv := searchqa.NewHTTPServer(ix, searchqa.ServerOptions{Token: token, MaxInFlight: o.MaxInFlight})
+	fmt.Fprintf(out, "serving index %s (%d passages) on http://%s/retrieve; %s\n", o.Name, ix.Info().Docs, ln.Addr(), o.Token.describe(token, o.Addr))
 	if o.ready != nil {
 		o.ready(ln.Addr().String())
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -36,6 +37,12 @@ type ClientOptions struct {
 	MaxResponseBytes int64
 	// Logger receives a warning per retry; nil means slog.Default().
 	Logger *slog.Logger
+	// APIKeyEnv names the environment variable holding a token sent as
+	// "Authorization: Bearer TOKEN" (whale index serve --token-env); the
+	// token itself is never part of the options, a message or a log.
+	// Empty means no token is sent; a name whose variable is empty or
+	// unset is an error of NewClient.
+	APIKeyEnv string
 }
 
 var (
@@ -51,6 +58,7 @@ type Client struct {
 	hc   *http.Client
 	opts ClientOptions
 	log  *slog.Logger
+	key  string // bearer token, from APIKeyEnv
 }
 
 // NewClient returns a client for the server at baseURL, either its root
@@ -81,7 +89,13 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	if opts.MaxResponseBytes <= 0 {
 		opts.MaxResponseBytes = 256 << 20
 	}
-	c := &Client{url: u.String(), show: redact.URL(u.String()), hc: opts.HTTPClient, opts: opts, log: opts.Logger}
+	var key string
+	if opts.APIKeyEnv != "" {
+		if key = strings.TrimSpace(os.Getenv(opts.APIKeyEnv)); key == "" {
+			return nil, fmt.Errorf("retrieval server %s: environment variable %s (the API key) is empty or unset", redact.URL(baseURL), opts.APIKeyEnv)
+		}
+	}
+	c := &Client{url: u.String(), show: redact.URL(u.String()), hc: opts.HTTPClient, opts: opts, log: opts.Logger, key: key}
 	if c.hc == nil {
 		c.hc = &http.Client{}
 	}
@@ -166,6 +180,9 @@ func (c *Client) try(ctx context.Context, body []byte, n int) ([][]Passage, erro
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, retry.MarkTransport(redact.Error(err))

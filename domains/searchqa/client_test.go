@@ -224,14 +224,33 @@ func FuzzDecodeResult(f *testing.F) {
 	})
 }
 
+// FuzzServerRequest: whatever the body, Content-Type and Authorization
+// header, /retrieve answers JSON with 200 or an error message (400, 401,
+// 413, 415), never a panic; a 200 needs the token and a JSON (or
+// undeclared) body, and the retriever only ever sees queries within the
+// limits.
 func FuzzServerRequest(f *testing.F) {
-	for _, s := range []string{`{"queries": ["a"], "topk": 2, "return_scores": true}`, `{"queries": ["a", "b"], "topk": [1, null]}`, `{"queries": []}`, `{}`, `[]`} {
-		f.Add(s)
+	const token = "tok"
+	for _, s := range []string{`{"queries": ["a"], "topk": 2, "return_scores": true}`, `{"queries": ["a", "b"], "topk": [1, null]}`, `{"queries": []}`, `{}`, `[]`,
+		`{"queries": ["0123456789abcdefX"]}`, `{"queries": ["a","b","c","d","e"]}`, `{"queries": ["` + strings.Repeat("é", 9) + `"]}`} {
+		for _, ct := range []string{"", "application/json", "text/plain"} {
+			for _, auth := range []string{"Bearer " + token, "", "Bearer tok2", "bearer tok"} {
+				f.Add(s, ct, auth)
+			}
+		}
 	}
-	h := NewServerWithOptions(&stubRetriever{}, ServerOptions{MaxTopK: 4, MaxQueries: 4, Logger: discardLogger()})
-	f.Fuzz(func(t *testing.T, body string) {
+	stub := &limitRecorder{}
+	h := NewServerWithOptions(stub, ServerOptions{MaxTopK: 4, MaxQueries: 4, MaxQueryBytes: 16, MaxBodyBytes: 512, Token: token, Logger: discardLogger()})
+	f.Fuzz(func(t *testing.T, body, contentType, auth string) {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("POST", "/retrieve", strings.NewReader(body)))
+		req := httptest.NewRequest("POST", "/retrieve", strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		h.ServeHTTP(rec, req)
 		var out struct {
 			Result []json.RawMessage `json:"result"`
 			Error  string            `json:"error"`
@@ -244,14 +263,46 @@ func FuzzServerRequest(f *testing.F) {
 			if out.Result == nil {
 				t.Fatalf("200 without result: %s", rec.Body.String())
 			}
-		case 400, 413:
+			if scheme, tok, _ := strings.Cut(req.Header.Get("Authorization"), " "); !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(tok) != token {
+				t.Fatalf("200 with Authorization %q", req.Header.Get("Authorization"))
+			}
+			if mt := strings.TrimSpace(strings.ToLower(strings.Split(contentType, ";")[0])); mt != "" && mt != "application/json" {
+				t.Fatalf("200 for Content-Type %q", contentType)
+			}
+		case 400, 401, 413, 415:
 			if out.Error == "" {
 				t.Fatalf("%d without an error message", rec.Code)
 			}
 		default:
 			t.Fatalf("status %d for %q", rec.Code, body)
 		}
+		if n, l := stub.maxQueries.Load(), stub.maxLen.Load(); n > 4 || l > 16 {
+			t.Fatalf("the retriever saw %d queries, one of %d bytes", n, l)
+		}
 	})
+}
+
+// limitRecorder is a stubRetriever that remembers the most queries and
+// the longest query it was given.
+type limitRecorder struct {
+	stubRetriever
+	maxQueries, maxLen atomic.Int64
+}
+
+func (l *limitRecorder) Retrieve(ctx context.Context, queries []string, topk int) ([][]Passage, error) {
+	for {
+		if old := l.maxQueries.Load(); int64(len(queries)) <= old || l.maxQueries.CompareAndSwap(old, int64(len(queries))) {
+			break
+		}
+	}
+	for _, q := range queries {
+		for {
+			if old := l.maxLen.Load(); int64(len(q)) <= old || l.maxLen.CompareAndSwap(old, int64(len(q))) {
+				break
+			}
+		}
+	}
+	return l.stubRetriever.Retrieve(ctx, queries, topk)
 }
 
 func TestClientDecodesSearchR1Variants(t *testing.T) {

@@ -6,25 +6,42 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"time"
+
+	"github.com/whalerun/whale/internal/httpguard"
 )
 
 // ServerOptions tune the handler NewServerWithOptions returns. The zero
 // value is fine.
 type ServerOptions struct {
-	DefaultTopK  int   // topk when a request leaves it out; 0 means 3, Search-R1's default
-	MaxTopK      int   // largest topk accepted; 0 means 100
-	MaxQueries   int   // most queries in one request; 0 means 4096
-	MaxBodyBytes int64 // largest request body; 0 means 16 MiB
-	Logger       *slog.Logger
+	DefaultTopK int // topk when a request leaves it out; 0 means 3, Search-R1's default
+	MaxTopK     int // largest topk accepted; 0 means 100
+	MaxQueries  int // most queries in one request; 0 means 4096
+	// MaxQueryBytes bounds one query; 0 means 4096, the limit the searchqa
+	// domain puts on the queries its episodes send.
+	MaxQueryBytes int
+	// MaxBodyBytes bounds a request body (413 past it); 0 means 1 MiB,
+	// room for a few thousand queries of ordinary length.
+	MaxBodyBytes int64
+	// MaxInFlight bounds the requests being answered at once; more are
+	// refused with 429 and Retry-After, which Client waits out. 0 means 64.
+	MaxInFlight int
+	// RequestTimeout bounds answering one request; past it the answer is
+	// 503 with Retry-After. 0 means 60 s, Client's own attempt timeout.
+	RequestTimeout time.Duration
+	// ReadTimeout bounds reading one request, headers and body, on the
+	// server NewHTTPServer makes; 0 means 30 s.
+	ReadTimeout time.Duration
+	// Token, when set, must come as "Authorization: Bearer TOKEN" with
+	// every request but GET /health (401 otherwise); see
+	// ClientOptions.APIKeyEnv.
+	Token  string
+	Logger *slog.Logger
 }
 
-// NewServer serves the Search-R1 retrieval API from r with default options:
-// POST /retrieve, and GET /health for probes.
-func NewServer(r Retriever) http.Handler { return NewServerWithOptions(r, ServerOptions{}) }
-
-// NewServerWithOptions is NewServer with limits of the caller's choosing.
-func NewServerWithOptions(r Retriever, opts ServerOptions) http.Handler {
+func (opts ServerOptions) withDefaults() ServerOptions {
 	if opts.DefaultTopK <= 0 {
 		opts.DefaultTopK = 3
 	}
@@ -35,19 +52,71 @@ func NewServerWithOptions(r Retriever, opts ServerOptions) http.Handler {
 	if opts.MaxQueries <= 0 {
 		opts.MaxQueries = 4096
 	}
+	if opts.MaxQueryBytes <= 0 {
+		opts.MaxQueryBytes = maxQueryBytes
+	}
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 16 << 20
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 64
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 60 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = 30 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	return opts
+}
+
+// NewServer serves the Search-R1 retrieval API from r with default options:
+// POST /retrieve, and GET /health for probes.
+func NewServer(r Retriever) http.Handler { return NewServerWithOptions(r, ServerOptions{}) }
+
+// NewServerWithOptions is NewServer with limits of the caller's choosing.
+// Before a request reaches /retrieve it passes the token check (401), a
+// Content-Type check (a body declared as anything but application/json
+// is 415; one without a Content-Type passes, as the reference server
+// takes it), the body cap (413) and the bound on requests in flight (429
+// with Retry-After); its retrieval then runs under RequestTimeout.
+func NewServerWithOptions(r Retriever, opts ServerOptions) http.Handler {
+	opts = opts.withDefaults()
 	s := &server{r: r, opts: opts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/retrieve", s.retrieve)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	return mux
+	return httpguard.Guard{
+		Token:       opts.Token,
+		Open:        func(r *http.Request) bool { return r.URL.Path == "/health" },
+		JSON:        httpguard.JSONOrUnset,
+		MaxBody:     opts.MaxBodyBytes,
+		MaxInFlight: opts.MaxInFlight,
+		Timeout:     opts.RequestTimeout,
+		Refuse: func(w http.ResponseWriter, status int, msg string) {
+			switch status {
+			case http.StatusRequestEntityTooLarge:
+				msg += "; send fewer queries per request"
+			case http.StatusUnsupportedMediaType:
+				msg += ": send the body with Content-Type: application/json"
+			}
+			writeJSON(w, status, errorBody{msg})
+		},
+	}.Wrap(mux)
+}
+
+// NewHTTPServer is an http.Server answering NewServerWithOptions(r, opts)
+// with connection limits to match: headers within 10 s, the whole request
+// within ReadTimeout, the reply within ReadTimeout + RequestTimeout + 30 s,
+// and idle keep-alive connections closed after 2 minutes.
+func NewHTTPServer(r Retriever, opts ServerOptions) *http.Server {
+	opts = opts.withDefaults()
+	return httpguard.NewServer(NewServerWithOptions(r, opts), httpguard.Timeouts{Read: opts.ReadTimeout, Handle: opts.RequestTimeout})
 }
 
 type server struct {
@@ -68,11 +137,16 @@ func (s *server) retrieve(w http.ResponseWriter, req *http.Request) {
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, req.Body, s.opts.MaxBodyBytes)); err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{fmt.Sprintf("request body is larger than %d bytes; send fewer queries per request", s.opts.MaxBodyBytes)})
-			return
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{httpguard.TooLarge(s.opts.MaxBodyBytes) + "; send fewer queries per request"})
+		case errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			writeJSON(w, http.StatusRequestTimeout, errorBody{"the request body did not arrive in time"})
+		default:
+			writeJSON(w, http.StatusBadRequest, errorBody{"read request body: " + err.Error()})
 		}
-		writeJSON(w, http.StatusBadRequest, errorBody{"read request body: " + err.Error()})
 		return
 	}
 	queries, topks, scores, err := s.parse(buf.Bytes())
@@ -89,6 +163,14 @@ func (s *server) retrieve(w http.ResponseWriter, req *http.Request) {
 		res, err = s.r.Retrieve(req.Context(), queries, maxK)
 		if err == nil && len(res) != len(queries) {
 			err = fmt.Errorf("retriever returned %d result lists for %d queries", len(res), len(queries))
+		}
+		if err != nil && req.Context().Err() != nil {
+			if httpguard.TimedOut(req) {
+				s.opts.Logger.Warn("retrieval timed out", "queries", len(queries), "timeout", s.opts.RequestTimeout)
+				w.Header().Set("Retry-After", "1")
+				writeJSON(w, http.StatusServiceUnavailable, errorBody{fmt.Sprintf("retrieval of %d queries took longer than the server's limit of %v; send fewer queries per request or retry later", len(queries), s.opts.RequestTimeout)})
+			}
+			return // else the client went away
 		}
 		if err != nil {
 			s.opts.Logger.Error("retrieval failed", "queries", len(queries), "err", err)
@@ -134,6 +216,11 @@ func (s *server) parse(body []byte) ([]string, []int, bool, error) {
 	}
 	if len(queries) > s.opts.MaxQueries {
 		return nil, nil, false, fmt.Errorf("field \"queries\" has %d queries; at most %d per request", len(queries), s.opts.MaxQueries)
+	}
+	for i, q := range queries {
+		if len(q) > s.opts.MaxQueryBytes {
+			return nil, nil, false, fmt.Errorf("query %d is %d bytes; at most %d per query", i, len(q), s.opts.MaxQueryBytes)
+		}
 	}
 	topks := make([]int, len(queries))
 	for i := range topks {

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/whalerun/whale/internal/httpguard"
 	"github.com/whalerun/whale/models/local"
 	"github.com/whalerun/whale/models/openai"
 	"github.com/whalerun/whale/schemas"
@@ -29,26 +31,48 @@ func writeJSON(w http.ResponseWriter, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func decodeBody(r *http.Request, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return fmt.Errorf("read body: %w", err)
-	}
-	if len(body) > maxBody {
-		return fmt.Errorf("body larger than %d bytes", maxBody)
+// decodeBody reads the JSON body into v; on failure it answers the
+// request (413 past maxBody, 408 when the client sent it too slowly, 400
+// otherwise) and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		apiError(w, http.StatusRequestEntityTooLarge, "BadRequestError", "%s", httpguard.TooLarge(mbe.Limit))
+		return false
+	case errors.As(err, &ne) && ne.Timeout():
+		w.Header().Set("Connection", "close")
+		apiError(w, http.StatusRequestTimeout, "BadRequestError", "the request body did not arrive in time")
+		return false
+	case err != nil:
+		apiError(w, http.StatusBadRequest, "BadRequestError", "read body: %v", err)
+		return false
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("invalid JSON body: %w", err)
+		apiError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: %v", err)
+		return false
 	}
-	return nil
+	return true
+}
+
+// timedOut answers a request whose deadline (Options.RequestTimeout)
+// passed: 503 with Retry-After, the server being too busy to answer in
+// time. A client that went away gets nothing.
+func (s *Server) timedOut(w http.ResponseWriter, r *http.Request) {
+	if !httpguard.TimedOut(r) {
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	apiError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "no reply within the server's request timeout of %v; the server is busy, retry later", s.opts.RequestTimeout)
 }
 
 // --- chat ---
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var req openai.ChatRequest
-	if err := decodeBody(r, &req); err != nil {
-		apiError(w, http.StatusBadRequest, "BadRequestError", "%v", err)
+	if !decodeBody(w, r, &req) {
 		return
 	}
 	if req.Stream {
@@ -60,6 +84,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sv, err := s.resolve(r.Context(), req.Model)
+	if err != nil && r.Context().Err() != nil {
+		s.timedOut(w, r)
+		return
+	}
 	if err != nil {
 		apiError(w, http.StatusInternalServerError, "InternalServerError", "model %q: %v", req.Model, err)
 		return
@@ -81,6 +109,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	select {
 	case s.queue <- j:
 	case <-r.Context().Done():
+		s.timedOut(w, r)
 		return
 	case <-s.ctx.Done():
 		apiError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "the server is shutting down")
@@ -90,6 +119,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	select {
 	case res = <-j.res:
 	case <-r.Context().Done():
+		s.timedOut(w, r)
 		return
 	}
 	if res.err != nil {

@@ -64,10 +64,29 @@
 //   - GET /v1/models lists the base and every loaded checkpoint (id,
 //     parent, root = the path it came from, and the weights' "digest").
 //   - POST /v1/load_lora_adapter {"lora_name","lora_path"} loads a
-//     models/local checkpoint (a file, or a directory holding one) and serves
-//     it under lora_name next to the base, as a LoRA-serving vLLM does with
-//     an adapter: 200 on success, 400 "... has already been loaded" for a
-//     name in use. POST /v1/unload_lora_adapter {"lora_name"} drops it (404
-//     when unknown). Requests already queued keep the weights they named.
+//     models/local checkpoint (a file, or a directory holding
+//     CheckpointFile) and serves it under lora_name next to the base, as a
+//     LoRA-serving vLLM does with an adapter: 200 on success, 400 "... has
+//     already been loaded" for a name in use. POST /v1/unload_lora_adapter
+//     {"lora_name"} drops it (404 when unknown). Requests already queued
+//     keep the weights they named. Both exist only with
+//     Options.AdapterDir: without it they are 404, as vLLM's are without
+//     VLLM_ALLOW_RUNTIME_LORA_UPDATING. lora_path must lie under that
+//     directory (no "..", no symbolic link out of it or absolute), name a
+//     regular file of at most Options.MaxAdapterBytes (checked on what
+//     was opened, before reading) or a directory holding CheckpointFile
+//     (nothing is searched); a refusal names the path and the reason,
+//     never the file's bytes. Loads run one at a time.
+//   - Guards (package internal/httpguard), in this order: with
+//     Options.Token every request but GET /health needs it as a bearer
+//     token (401); POST bodies must be application/json (415, vLLM's
+//     message); bodies over 8 MiB are 413; beyond Options.MaxInFlight
+//     requests in flight (default 4 × MaxBatch, queued chat requests
+//     included) the answer is 429 with Retry-After; a request not
+//     answered within Options.RequestTimeout (10 min) is 503 with
+//     Retry-After. Listen's server reads a request within
+//     Options.ReadTimeout (30 s; a slow body is 408), writes the reply
+//     within ReadTimeout + RequestTimeout + 30 s and closes idle
+//     connections after 2 minutes.
 //   - Errors are OpenAI-style JSON: {"error":{"message","type","code"}}.
 package localserve

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -50,7 +52,9 @@ func FuzzChatBody(f *testing.F) {
 			}
 		}
 		w := httptest.NewRecorder()
-		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, PathChat, strings.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, PathChat, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		s.ServeHTTP(w, req)
 		var resp struct {
 			Choices []struct {
 				FinishReason string  `json:"finish_reason"`
@@ -106,6 +110,73 @@ func FuzzChatBody(f *testing.F) {
 			}
 		case resp.Error == nil || resp.Error.Message == "" || resp.Error.Type == "":
 			t.Fatalf("HTTP %d without an error object: %s", w.Code, w.Body.String())
+		}
+	})
+}
+
+// FuzzLoadAdapter: whatever lora_name and lora_path say, the load
+// endpoint answers quickly with 200 or an OpenAI-style error, loads only
+// the checkpoint inside the adapter directory (never the one beside it,
+// reachable by "..", an absolute path or a symbolic link), and never
+// repeats the bytes of a file it refused.
+func FuzzLoadAdapter(f *testing.F) {
+	fx := newFixtureDir(f)
+	if err := syscall.Mkfifo(filepath.Join(fx.dir, "fifo"), 0o600); err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range []string{
+		"good", "good/" + CheckpointFile, "./good/", "link-in.whalelm", "nested", "nested/deep/weights.bin",
+		"../outside", "../outside/" + CheckpointFile, "good/../../outside/" + CheckpointFile, "link-out.whalelm",
+		"link-rel-out.whalelm", "link-out-dir/" + CheckpointFile, "link-abs-in.whalelm", "link-secret", "zero", "fifo",
+		"secret.txt", "magic.bin", "shadow", "", ".", "/", "//", "/dev/zero", "/etc/shadow", "\x00", "good\x00",
+		fx.dir, fx.dir + "/good", fx.dir + "/../outside", fx.secret, filepath.Join(fx.outside, CheckpointFile),
+	} {
+		f.Add("fz", p)
+	}
+	s, err := New(newModel(f, 1), Options{Name: "base", AdapterDir: fx.dir, MaxAdapterBytes: 1 << 20, Log: quietLog()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer s.Close()
+	inner := fx.inner.Digest()
+	f.Fuzz(func(t *testing.T, name, path string) {
+		body, _ := json.Marshal(loraRequest{Name: name, Path: path})
+		// The name the server sees: JSON has no invalid UTF-8.
+		var sent loraRequest
+		if err := json.Unmarshal(body, &sent); err != nil {
+			t.Fatal(err)
+		}
+		name = sent.Name
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, PathLoad, strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		s.ServeHTTP(w, req)
+		if strings.Contains(w.Body.String(), "MARKER") {
+			t.Fatalf("lora_path %q: the answer repeats a file: %s", path, w.Body.String())
+		}
+		if w.Code != http.StatusOK {
+			var e struct {
+				Error *struct{ Message, Type string }
+			}
+			if json.Unmarshal(w.Body.Bytes(), &e) != nil || e.Error == nil || e.Error.Message == "" {
+				t.Fatalf("lora_path %q: HTTP %d without an error object: %s", path, w.Code, w.Body.String())
+			}
+			return
+		}
+		sv := s.lookup(name)
+		if sv == nil || sv.name == "base" {
+			t.Fatalf("lora_path %q: 200 but %q is not served", path, name)
+		}
+		if sv.digest != inner {
+			t.Fatalf("lora_path %q loaded weights from outside the adapter directory (digest %s)", path, sv.digest)
+		}
+		w = httptest.NewRecorder()
+		body, _ = json.Marshal(loraRequest{Name: name})
+		req = httptest.NewRequest(http.MethodPost, PathUnload, strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		s.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Fatalf("unload %q: HTTP %d %s", name, w.Code, w.Body.String())
 		}
 	})
 }

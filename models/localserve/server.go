@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/whalerun/whale/internal/httpguard"
 	"github.com/whalerun/whale/models/local"
 )
 
@@ -30,8 +31,15 @@ const (
 const CheckpointFile = "model.whalelm"
 
 // maxBody bounds a request body; conversations for a byte model with a
-// context of a few hundred tokens are far smaller.
+// context of a few hundred tokens are far smaller. A larger one is 413.
 const maxBody = 8 << 20
+
+// Defaults of the limits in Options.
+const (
+	DefaultMaxAdapterBytes = 1 << 30
+	DefaultRequestTimeout  = 10 * time.Minute
+	DefaultReadTimeout     = 30 * time.Second
+)
 
 // Options tune a Server. Zero values take the defaults noted.
 type Options struct {
@@ -54,14 +62,42 @@ type Options struct {
 	// means "no such model" (404).
 	Resolve func(ctx context.Context, name string) (m *local.Model, root string, err error)
 	Log     *slog.Logger // default slog.Default()
+
+	// AdapterDir is the one directory /v1/load_lora_adapter loads
+	// checkpoints from (see the package doc). Empty turns loading at runtime
+	// off: the load and unload endpoints answer 404, as vLLM's do without
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING. The directory must exist.
+	AdapterDir string
+	// MaxAdapterBytes bounds a checkpoint file the load endpoint reads;
+	// default DefaultMaxAdapterBytes (1 GiB). Loads run one at a time.
+	MaxAdapterBytes int64
+	// Token, when set, must come as "Authorization: Bearer TOKEN" with
+	// every request but GET /health (401 otherwise).
+	Token string
+	// MaxInFlight bounds the requests being handled at once, chat
+	// requests waiting for or in a batch included; more are refused with
+	// 429 and Retry-After. Default 4 × MaxBatch, so batches still fill.
+	MaxInFlight int
+	// RequestTimeout bounds one request, a chat request's wait for its
+	// batch and its decoding included; past it the answer is 503 with
+	// Retry-After. Default DefaultRequestTimeout (10 min, the whale
+	// client's own attempt timeout): long generations are slow on a CPU.
+	RequestTimeout time.Duration
+	// ReadTimeout bounds reading one request, headers and body, on the
+	// server Listen starts; default DefaultReadTimeout (30 s). Its write
+	// timeout is ReadTimeout + RequestTimeout + 30 s, so a reply that
+	// comes in time is never cut.
+	ReadTimeout time.Duration
 }
 
 // Server is an http.Handler serving a base model and the checkpoints loaded
 // next to it. Close stops its batcher.
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	opts    Options
+	log     *slog.Logger
+	handler http.Handler  // mux behind the guards
+	adapter *adapterDir   // nil: loading at runtime is off
+	loading chan struct{} // one adapter load at a time
 
 	mu        sync.RWMutex
 	models    map[string]*served
@@ -112,31 +148,87 @@ func New(base *local.Model, o Options) (*Server, error) {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 64
 	}
-	s := &Server{opts: o, log: o.Log, models: map[string]*served{}, queue: make(chan *job), done: make(chan struct{})}
+	if o.MaxAdapterBytes <= 0 {
+		o.MaxAdapterBytes = DefaultMaxAdapterBytes
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 4 * o.MaxBatch
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	s := &Server{opts: o, log: o.Log, models: map[string]*served{}, queue: make(chan *job), done: make(chan struct{}),
+		loading: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if o.AdapterDir != "" {
+		ad, err := openAdapterDir(o.AdapterDir)
+		if err != nil {
+			return nil, err
+		}
+		s.adapter = ad
+	}
 	s.models[o.Name] = &served{name: o.Name, root: o.Root, digest: base.Digest(), m: base, created: time.Now().Unix()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST "+PathChat, s.chat)
-	s.mux.HandleFunc("GET "+PathModels, s.listModels)
-	s.mux.HandleFunc("POST "+PathLoad, s.load)
-	s.mux.HandleFunc("POST "+PathUnload, s.unload)
-	s.mux.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathChat, s.chat)
+	mux.HandleFunc("GET "+PathModels, s.listModels)
+	if s.adapter != nil {
+		mux.HandleFunc("POST "+PathLoad, s.load)
+		mux.HandleFunc("POST "+PathUnload, s.unload)
+	} else {
+		// vLLM registers neither route unless runtime LoRA updating is
+		// allowed: any method is a 404.
+		off := func(w http.ResponseWriter, _ *http.Request) {
+			apiError(w, http.StatusNotFound, "NotFoundError", "Not Found: loading adapters at runtime is off; start the server with an adapter directory (whale local serve --adapter-dir DIR)")
+		}
+		mux.HandleFunc(PathLoad, off)
+		mux.HandleFunc(PathUnload, off)
+	}
+	mux.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.handler = httpguard.Guard{
+		Token:       o.Token,
+		Open:        func(r *http.Request) bool { return r.URL.Path == PathHealth },
+		JSON:        httpguard.JSONOnly,
+		MaxBody:     maxBody,
+		MaxInFlight: o.MaxInFlight,
+		Timeout:     o.RequestTimeout,
+		Refuse:      refuse,
+	}.Wrap(mux)
 	go s.batcher()
 	return s, nil
 }
 
+// refuse writes a guard's refusal as an OpenAI-style error.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	typ := map[int]string{
+		http.StatusUnauthorized:          "AuthenticationError",
+		http.StatusUnsupportedMediaType:  "BadRequestError",
+		http.StatusRequestEntityTooLarge: "BadRequestError",
+		http.StatusTooManyRequests:       "RateLimitError",
+	}[status]
+	if typ == "" {
+		typ = http.StatusText(status)
+	}
+	apiError(w, status, typ, "%s", msg)
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, r)
+	s.handler.ServeHTTP(w, r)
 }
 
 // Close stops the batcher; requests waiting or decoding fail with 503.
 func (s *Server) Close() error {
 	s.cancel()
 	<-s.done
+	if s.adapter != nil {
+		s.adapter.close()
+	}
 	return nil
 }
 
@@ -157,7 +249,7 @@ func Listen(addr string, s *Server) (*HTTPServer, error) {
 		return nil, fmt.Errorf("localserve: listen %s: %w", addr, err)
 	}
 	h := &HTTPServer{Server: s, URL: "http://" + ln.Addr().String() + "/v1", done: make(chan struct{}),
-		srv: &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}}
+		srv: httpguard.NewServer(s, httpguard.Timeouts{Read: s.opts.ReadTimeout, Handle: s.opts.RequestTimeout})}
 	go func() {
 		h.serveErr = h.srv.Serve(ln)
 		close(h.done)

@@ -179,7 +179,7 @@ func TestCutStop(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	f := start(t, newModel(t, 1), Options{Name: "base", NoTruncate: true})
+	f := start(t, newModel(t, 1), Options{Name: "base", NoTruncate: true, AdapterDir: t.TempDir()})
 	long := strings.Repeat("x", tinyCfg.Context)
 	cases := []struct {
 		name   string
@@ -207,7 +207,7 @@ func TestErrors(t *testing.T) {
 			"messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "name is required"},
 		{"tools not a list", PathChat, map[string]any{"model": "base", "tools": "f", "messages": []any{map[string]string{"role": "user", "content": "a"}}}, 400, "invalid JSON body"},
 		{"load no path", PathLoad, map[string]string{"lora_name": "x"}, 400, "must be provided"},
-		{"load missing file", PathLoad, map[string]string{"lora_name": "x", "lora_path": "/nonexistent/ckpt"}, 400, "nonexistent"},
+		{"load missing file", PathLoad, map[string]string{"lora_name": "x", "lora_path": "nonexistent/ckpt"}, 400, `lora_path \"nonexistent/ckpt\": no such file`},
 		{"load base name", PathLoad, map[string]string{"lora_name": "base", "lora_path": "/x"}, 400, "already been loaded"},
 		{"unload unknown", PathUnload, map[string]string{"lora_name": "x"}, 404, "cannot be found"},
 		{"unload base", PathUnload, map[string]string{"lora_name": "base"}, 400, "base model"},
@@ -309,9 +309,9 @@ func listModels(t testing.TB, url string) map[string]card {
 
 func TestLoadUnloadAdapter(t *testing.T) {
 	base := trained(t, 1, "hi", "yes")
-	f := start(t, base, Options{})
-	next := trained(t, 2, "hi", "no")
 	dir := t.TempDir()
+	f := start(t, base, Options{AdapterDir: filepath.Dir(dir)})
+	next := trained(t, 2, "hi", "no")
 	if err := next.Save(filepath.Join(dir, CheckpointFile), true); err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,9 @@ func TestFinetuneLocal(t *testing.T) {
 func TestFinetuneLocalReload(t *testing.T) {
 	s := openStore(t, "mem://")
 	basePath, base := writeBase(t)
-	srv, err := localserve.New(base, localserve.Options{Name: "tiny", Log: quiet})
+	// The server loads adapters only from the stage's work directory.
+	work := t.TempDir()
+	srv, err := localserve.New(base, localserve.Options{Name: "tiny", Log: quiet, AdapterDir: work})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func TestFinetuneLocalReload(t *testing.T) {
 	cfg := localConfig(basePath)
 	cfg.Epochs = 20
 	cfg.Reload = ReloadVLLMLoRA
-	st := &Stage{WorkDir: t.TempDir(), ReloadEndpoints: []string{ts.URL + "/v1"}}
+	st := &Stage{WorkDir: work, ReloadEndpoints: []string{ts.URL + "/v1"}}
 	res, err := stages.Execute(context.Background(), s, ftSpec("r001-w01", cfg, ""), st)
 	if err != nil {
 		t.Fatal(err)
