@@ -70,6 +70,10 @@ func (h *Harness) makePredeclared() (starlark.StringDict, error) {
 		"dedent":   starlark.NewBuiltin("dedent", dedentBuiltin),
 		"range":    starlark.NewBuiltin("range", boundedRange),
 	}
+	// Starlark's builtins that can make large values, bounded, and the
+	// hidden guards that the rewritten code calls (rewrite.go).
+	maps.Copy(d, boundedUniverse)
+	maps.Copy(d, guardBuiltins)
 	defaults := starlark.StringDict{}
 	for _, k := range h.contract.Constants {
 		v, err := ToStarlark(k.Default)
@@ -164,6 +168,9 @@ func truncateBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 	if n < 0 {
 		return nil, fmt.Errorf("truncate: n must be >= 0, got %d", n)
 	}
+	if err := charge(th, int64(min(len(s), 4*n+len(marker)))); err != nil {
+		return nil, err
+	}
 	out, err := truncate(s, n, marker, side)
 	if err != nil {
 		return nil, fmt.Errorf("truncate: %w", err)
@@ -177,23 +184,27 @@ func truncate(s string, n int, marker, side string) (string, error) {
 	default:
 		return "", fmt.Errorf(`side must be "end", "start" or "middle", got %q`, side)
 	}
-	if utf8.RuneCountInString(s) <= n {
+	total := utf8.RuneCountInString(s)
+	if total <= n {
 		return s, nil
 	}
-	runes := []rune(s)
 	m := utf8.RuneCountInString(marker)
 	if m >= n {
 		marker, m = "", 0
 	}
 	keep := n - m
+	// Byte offsets of rune counts, without converting s to runes (four
+	// bytes a character).
+	head := func(k int) string { cut, _ := CutChars(s, k); return cut }
+	tail := func(k int) string { return s[len(head(total-k)):] }
 	switch side {
 	case "start":
-		return marker + string(runes[len(runes)-keep:]), nil
+		return marker + tail(keep), nil
 	case "middle":
-		head := (keep + 1) / 2
-		return string(runes[:head]) + marker + string(runes[len(runes)-(keep-head):]), nil
+		h := (keep + 1) / 2
+		return head(h) + marker + tail(keep-h), nil
 	}
-	return string(runes[:keep]) + marker, nil
+	return head(keep) + marker, nil
 }
 
 // dedent(s) removes the whitespace common to the start of every non-blank
@@ -201,6 +212,13 @@ func truncate(s string, n int, marker, side string) (string, error) {
 func dedentBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var s string
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "s", &s); err != nil {
+		return nil, err
+	}
+	lines := int64(strings.Count(s, "\n")) + 1
+	if err := checkSize(limitsOf(th), "dedent", "list", lines); err != nil {
+		return nil, err
+	}
+	if err := charge(th, int64(len(s))+strHeader*lines); err != nil {
 		return nil, err
 	}
 	return starlark.String(dedent(s)), nil
@@ -233,33 +251,168 @@ func dedent(s string) string {
 	return strings.Join(lines, "\n")
 }
 
-// jsonModule is go.starlark.net's json module with every string result
-// bounded by MaxStringBytes.
+// jsonModule is go.starlark.net's json module, bounded: json.decode reads
+// at most MaxNesting levels, numbers of at most maxIntDigits digits and
+// as many values as a list may hold; json.encode, encode_indent and indent
+// check the size of their text before making it, and every string result
+// is bounded by MaxStringBytes.
 var jsonModule = func() *starlarkstruct.Module {
-	members := starlark.StringDict{}
-	for name, v := range starjson.Module.Members {
-		orig, ok := v.(*starlark.Builtin)
-		if !ok {
-			members[name] = v
-			continue
-		}
-		members[name] = starlark.NewBuiltin(orig.Name(), func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			res, err := orig.CallInternal(th, args, kwargs)
+	orig := func(name string) *starlark.Builtin { return starjson.Module.Members[name].(*starlark.Builtin) }
+	encode, decode, indent := orig("encode"), orig("decode"), orig("indent")
+	bounded := func(name string, fn func(th *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)) *starlark.Builtin {
+		return starlark.NewBuiltin(name, func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			res, err := fn(th, args, kwargs)
 			if err != nil {
 				return nil, err
 			}
 			if s, ok := res.(starlark.String); ok {
-				if err := checkStringResult(th, "json."+orig.Name(), len(s)); err != nil {
+				if err := checkStringResult(th, name, len(s)); err != nil {
 					return nil, err
 				}
 			}
 			return res, nil
 		})
 	}
+	doEncode := func(th *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		if len(args) == 1 && len(kwargs) == 0 {
+			lim := limitsOf(th)
+			n, err := jsonSize(args[0], int64(lim.MaxAllocBytes))
+			if err := textLimit(th, lim, "json.encode", n, err); err != nil {
+				return nil, err
+			}
+		}
+		return encode.CallInternal(th, args, kwargs)
+	}
+	doIndent := func(th *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		if len(args) == 1 {
+			if s, ok := args[0].(starlark.String); ok {
+				prefix, _ := starlark.AsString(arg(nil, kwargs, 0, "prefix"))
+				ind, ok := starlark.AsString(arg(nil, kwargs, 0, "indent"))
+				if !ok {
+					ind = "\t"
+				}
+				lim := limitsOf(th)
+				if err := textLimit(th, lim, "json.indent", indentSize(string(s), len(prefix), len(ind)), nil); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return indent.CallInternal(th, args, kwargs)
+	}
+	members := starlark.StringDict{
+		"encode": bounded("json.encode", doEncode),
+		"indent": bounded("json.indent", doIndent),
+		"encode_indent": bounded("json.encode_indent", func(th *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			var (
+				x              starlark.Value
+				prefix, indent = "", "\t"
+			)
+			if err := starlark.UnpackArgs("json.encode_indent", args, kwargs, "x", &x, "prefix?", &prefix, "indent?", &indent); err != nil {
+				return nil, err
+			}
+			s, err := doEncode(th, starlark.Tuple{x}, nil)
+			if err != nil {
+				return nil, err
+			}
+			return doIndent(th, starlark.Tuple{s}, []starlark.Tuple{{starlark.String("prefix"), starlark.String(prefix)}, {starlark.String("indent"), starlark.String(indent)}})
+		}),
+		"decode": bounded("json.decode", func(th *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			if len(args) >= 1 {
+				if s, ok := args[0].(starlark.String); ok {
+					if err := checkJSONInput(th, string(s)); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return decode.CallInternal(th, args, kwargs)
+		}),
+	}
 	m := &starlarkstruct.Module{Name: "json", Members: members}
 	m.Freeze()
 	return m
 }()
+
+// checkJSONInput looks at a JSON text before json.decode reads it:
+// Starlark's decoder recurses once per level of nesting (5M brackets
+// overflowed the stack, which kills the process), converts a number of n
+// digits in time quadratic in n, and makes a value per element.
+func checkJSONInput(th *starlark.Thread, s string) error {
+	lim := limitsOf(th)
+	depth, values, digits := 0, int64(1), 0
+	inString := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		if c >= '0' && c <= '9' {
+			if digits++; digits > maxIntDigits {
+				return fmt.Errorf("json.decode: a number of more than %d digits (converting it would take time quadratic in its length)", maxIntDigits)
+			}
+			continue
+		}
+		digits = 0
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > MaxNesting {
+				return memoryError("json.decode: input nested deeper than %d levels (MaxNesting)", MaxNesting)
+			}
+			values++
+		case ']', '}':
+			depth--
+		case ',', ':':
+			values++
+		}
+	}
+	if err := checkSize(lim, "json.decode", "list", values); err != nil {
+		return err
+	}
+	return charge(th, int64(len(s))+values*2*elemBytes)
+}
+
+// indentSize bounds the length of json.indent(s) with a prefix and an
+// indent of the given lengths: a line break, the prefix and the
+// indentation after every bracket and comma, a space after every colon.
+func indentSize(s string, prefix, indent int) int64 {
+	n := int64(len(s))
+	var depth int64
+	inString := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+			n += 2 + int64(prefix) + depth*int64(indent)
+		case ']', '}':
+			depth = max(depth-1, 0)
+			n += 1 + int64(prefix) + depth*int64(indent)
+		case ',':
+			n += 1 + int64(prefix) + depth*int64(indent)
+		case ':':
+			n++
+		}
+	}
+	return n
+}
 
 // unpackGo binds a builtin's arguments to params, by position or name, and
 // converts them to Go values within the thread's size limits.

@@ -4,8 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.starlark.net/starlark"
@@ -15,9 +22,20 @@ import (
 // limits (see ctxOf and limitsOf).
 const localCall = "whale.call"
 
-// heapCheckEvery is how many steps pass between two heap checks when
-// Options.MaxHeapBytes is set; a check costs about a microsecond.
+// heapCheckEvery is how many steps pass between two heap checks; a check
+// costs about a microsecond.
 const heapCheckEvery = 4096
+
+// The bounded operations (guards.go) charge what they allocate, or the
+// work they do, to the call; every pollBytes charged they look at the
+// deadline and the caller's context, and every heapPollBytes at the heap,
+// as onMaxSteps does between steps: one step that copies megabytes must
+// not wait a thousand steps for the next look. Copying 1 MiB takes some
+// 50 µs.
+const (
+	pollBytes     = 1 << 20
+	heapPollBytes = 32 << 20
+)
 
 // pollEvery is how many steps pass between two looks at the clock and the
 // caller's context: a look costs a few tens of nanoseconds, and a hook
@@ -63,6 +81,9 @@ type runner struct {
 	maxSteps  uint64
 	checkHeap bool
 	nextHeap  uint64          // the step count of the next heap check
+	allocated int64           // bytes the bounded operations charged
+	sincePoll int64           // bytes charged since the last look at the clock
+	sinceHeap int64           // bytes charged since the last heap check
 	ctx       context.Context // parent with the deadline, made by ctxOf
 	cancel    context.CancelFunc
 	why       int32 // a stop* value: why the thread was cancelled
@@ -87,25 +108,111 @@ func (r *runner) print(_ *starlark.Thread, msg string) {
 // onMaxSteps runs on the thread every pollEvery steps and at the step
 // limit.
 func (r *runner) onMaxSteps(t *starlark.Thread) {
-	stop := func(why int32, reason string) {
-		r.why = why
-		t.Cancel(reason)
+	if t.Steps >= r.maxSteps {
+		r.stop(t, stopSteps, "step limit exceeded")
+		return
 	}
+	heap := r.checkHeap && t.Steps >= r.nextHeap
+	if r.poll(t, heap) {
+		return
+	}
+	if heap {
+		r.nextHeap = t.Steps + heapCheckEvery
+		r.sinceHeap = 0
+	}
+	t.SetMaxExecutionSteps(min(t.Steps+pollEvery, r.maxSteps))
+}
+
+func (r *runner) stop(t *starlark.Thread, why int32, reason string) {
+	r.why = why
+	t.Cancel(reason)
+}
+
+// poll looks at the deadline, the caller's context and, when heap is set,
+// the process heap; it stops the thread and reports true when the call
+// must end.
+func (r *runner) poll(t *starlark.Thread, heap bool) bool {
 	switch {
-	case t.Steps >= r.maxSteps:
-		stop(stopSteps, "step limit exceeded")
 	case time.Now().After(r.deadline):
-		stop(stopDeadline, errCallTimeout.Error())
+		r.stop(t, stopDeadline, errCallTimeout.Error())
 	case r.parent.Err() != nil:
-		stop(stopParent, context.Cause(r.parent).Error())
-	case r.checkHeap && t.Steps >= r.nextHeap && heapBytes() > r.opts.MaxHeapBytes:
-		stop(stopHeap, "heap limit exceeded")
+		r.stop(t, stopParent, context.Cause(r.parent).Error())
+	case heap && heapOver(r.opts.MaxHeapBytes):
+		r.stop(t, stopHeap, "heap limit exceeded")
 	default:
-		if r.checkHeap && t.Steps >= r.nextHeap {
-			r.nextHeap = t.Steps + heapCheckEvery
-		}
-		t.SetMaxExecutionSteps(min(t.Steps+pollEvery, r.maxSteps))
+		return false
 	}
+	return true
+}
+
+// charge counts n bytes that a bounded operation is about to allocate, or
+// n units of its work, against the call's memory budget (MaxMemoryBytes
+// when alloc is set), and looks at the clock, the context and the heap
+// every so often. A non-nil error ends the operation: a limitError when
+// the budget is spent, or the thread's stop (r.why says which).
+func (r *runner) charge(t *starlark.Thread, n int64, alloc bool) error {
+	if n <= 0 {
+		return nil
+	}
+	if alloc {
+		r.allocated += n
+		if r.allocated > r.opts.MaxMemoryBytes {
+			return memoryError("this call allocated more than %d bytes (MaxMemoryBytes); build long strings with \"\".join(parts), not += in a loop", r.opts.MaxMemoryBytes)
+		}
+	}
+	r.sincePoll += n
+	if alloc {
+		r.sinceHeap += n
+	}
+	if r.sincePoll < pollBytes {
+		return nil
+	}
+	r.sincePoll = 0
+	heap := r.checkHeap && r.sinceHeap >= heapPollBytes
+	if heap {
+		r.sinceHeap = 0
+	}
+	if r.poll(t, heap) {
+		return fmt.Errorf("Starlark computation cancelled: %s", t.Name)
+	}
+	return nil
+}
+
+// checkNow looks at the deadline and the caller's context before an
+// operation that may take long (a regular expression over a large input):
+// a loop of such calls must not run past its deadline until the next
+// poll of the steps.
+func (r *runner) checkNow(t *starlark.Thread) error {
+	if r.poll(t, false) {
+		return fmt.Errorf("Starlark computation cancelled: %s", t.Name)
+	}
+	return nil
+}
+
+// runnerOf is the runner of the call on th, or nil outside one.
+func runnerOf(th *starlark.Thread) *runner {
+	r, _ := th.Local(localCall).(*runner)
+	if r == nil || r.opts == nil || r.parent == nil {
+		return nil
+	}
+	return r
+}
+
+// charge charges the call running on th (see runner.charge); outside a
+// call it does nothing.
+func charge(th *starlark.Thread, n int64) error {
+	if r := runnerOf(th); r != nil {
+		return r.charge(th, n, true)
+	}
+	return nil
+}
+
+// work counts n units of work of a builtin (see runner.charge).
+func work(th *starlark.Thread, n int64) error {
+	if r := runnerOf(th); r != nil {
+		return r.charge(th, n, false)
+	}
+	return nil
 }
 
 // context is the call's context for builtins that wait: the caller's,
@@ -135,20 +242,39 @@ func (r *runner) stopped() int32 {
 
 // run executes f on a thread under the step limit, the deadline and the
 // heap limit, and turns a failure into a *HookError for hook (the harness
-// position is filled in from the Starlark call stack).
-func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout time.Duration, info *callInfo, f func(*starlark.Thread) (starlark.Value, error)) (starlark.Value, error) {
+// position is filled in from the Starlark call stack). When watched, f
+// runs on a goroutine of its own that the caller stops waiting for
+// abandonAfter past the deadline (see watch): a goroutine a call costs
+// some microseconds, ten times a trivial hook's call on a busy machine,
+// so only the module's top level, run once a load, is watched.
+func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout time.Duration, watched bool, info *callInfo, f func(*starlark.Thread) (starlark.Value, error)) (starlark.Value, error) {
 	r := newRunner()
 	r.opts = &h.opts
 	r.parent = ctx
 	r.deadline = time.Now().Add(timeout)
 	r.maxSteps = maxSteps
-	r.checkHeap = h.opts.MaxHeapBytes > 0
+	r.checkHeap = h.opts.MaxHeapBytes > 0 && h.opts.MaxHeapBytes < math.MaxUint64
 	r.nextHeap = heapCheckEvery
 	th := &r.th
 	th.Name = hook
 	th.SetMaxExecutionSteps(min(pollEvery, maxSteps))
 
-	v, err := f(th)
+	var (
+		v         starlark.Value
+		err       error
+		abandoned bool
+	)
+	if watched {
+		v, err, abandoned = r.watch(ctx, th, f)
+	} else {
+		v, err = f(th)
+	}
+	if abandoned {
+		// The thread is still running on its goroutine: nothing of the
+		// runner or the thread may be read.
+		return nil, &HookError{Hook: hook, Harness: h.id, kind: ErrDeadline, cause: errCallTimeout,
+			Msg: fmt.Sprintf("did not return within %s of its deadline (%s) or cancellation: one operation ran on that cannot be interrupted, such as comparing or hashing values that share deeply nested tuples or lists; the call was abandoned", abandonAfter, timeout)}
+	}
 	why := r.stopped()
 	if r.cancel != nil {
 		r.cancel()
@@ -178,13 +304,17 @@ func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout
 		he.Backtrace = ee.Backtrace()
 		he.Pos = h.innermost(ee.CallStack)
 	}
+	var le *limitError
+	if why == 0 && errors.As(err, &le) {
+		he.kind = le.kind
+	}
 	switch why {
 	case stopSteps:
 		he.kind = ErrStepLimit
 		he.Msg = fmt.Sprintf("ran more than %d steps (an endless loop?)", maxSteps)
 	case stopHeap:
 		he.kind = ErrMemory
-		he.Msg = fmt.Sprintf("the process heap passed %d bytes", h.opts.MaxHeapBytes)
+		he.Msg = fmt.Sprintf("memory limit: the process heap passed %d bytes (MaxHeapBytes)", h.opts.MaxHeapBytes)
 	case stopDeadline:
 		he.kind = ErrDeadline
 		he.Msg = fmt.Sprintf("did not finish within %s", timeout)
@@ -196,9 +326,64 @@ func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout
 		he.Msg = "cancelled: " + cause.Error()
 		he.cause = errors.Join(ctx.Err(), err)
 	default:
-		he.kind = ErrRuntime
+		if he.kind == nil {
+			he.kind = ErrRuntime
+		}
 	}
 	return nil, he
+}
+
+// abandonAfter is how long past its deadline, or its caller's
+// cancellation, a call may run before the caller stops waiting for it.
+// Starlark notices both only between steps, and the runtime's bounded
+// operations return within seconds; but one step can take unbounded time
+// (comparing or hashing values that share deeply nested tuples: t == t
+// for t = (((1,)*1000,)*1000,)*1000 compares 10⁹ pairs), and Go cannot
+// interrupt it. The caller then gets an ErrDeadline and goes on; the
+// thread, cancelled, ends on its own goroutine when that step does.
+var abandonAfter = 10 * time.Second
+
+// watch runs f on a goroutine of its own and waits for it, or until
+// abandonAfter past the deadline or the caller's cancellation (abandoned:
+// f is still running). A panic in f is raised again here.
+func (r *runner) watch(ctx context.Context, th *starlark.Thread, f func(*starlark.Thread) (starlark.Value, error)) (v starlark.Value, err error, abandoned bool) {
+	type result struct {
+		v        starlark.Value
+		err      error
+		panicked any
+	}
+	done := make(chan result, 1)
+	go func() {
+		var res result
+		defer func() {
+			res.panicked = recover()
+			done <- res
+		}()
+		res.v, res.err = f(th)
+	}()
+	finish := func(res result) (starlark.Value, error, bool) {
+		if res.panicked != nil {
+			panic(res.panicked)
+		}
+		return res.v, res.err, false
+	}
+	timer := time.NewTimer(time.Until(r.deadline) + abandonAfter)
+	defer timer.Stop()
+	select {
+	case res := <-done:
+		return finish(res)
+	case <-timer.C:
+	case <-ctx.Done():
+		grace := time.NewTimer(abandonAfter)
+		defer grace.Stop()
+		select {
+		case res := <-done:
+			return finish(res)
+		case <-grace.C:
+		}
+	}
+	th.Cancel("abandoned: past its deadline")
+	return nil, nil, true
 }
 
 // innermost is the deepest frame of the stack that lies in the harness file
@@ -219,6 +404,80 @@ func heapBytes() uint64 {
 		return 0
 	}
 	return s[0].Value.Uint64()
+}
+
+// lastForcedGC is when heapOver last collected garbage (UnixNano).
+var lastForcedGC atomic.Int64
+
+// heapOver reports whether the process heap holds more than limit bytes
+// of objects. Garbage not yet collected counts in the heap, so before
+// blaming the harness it collects once, and then at most every 100 ms
+// across the process (a collection of a large heap takes a while).
+func heapOver(limit uint64) bool {
+	if heapBytes() <= limit {
+		return false
+	}
+	now := time.Now().UnixNano()
+	if last := lastForcedGC.Load(); now-last > int64(100*time.Millisecond) && lastForcedGC.CompareAndSwap(last, now) {
+		runtime.GC()
+	}
+	return heapBytes() > limit
+}
+
+var (
+	defaultHeapOnce sync.Once
+	defaultHeap     uint64
+)
+
+// DefaultMaxHeapBytes is the heap limit of harness code when
+// Options.MaxHeapBytes is zero: three quarters of the memory this process
+// may use (the least of the machine's memory, the cgroup's limit and
+// GOMEMLIMIT), or no limit where none of these is known.
+func DefaultMaxHeapBytes() uint64 {
+	defaultHeapOnce.Do(func() {
+		avail := uint64(math.MaxUint64)
+		if n := memTotal(); n > 0 {
+			avail = min(avail, n)
+		}
+		for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+			if b, err := os.ReadFile(f); err == nil {
+				if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+					avail = min(avail, n)
+				}
+			}
+		}
+		if n := debug.SetMemoryLimit(-1); n > 0 && n < math.MaxInt64 {
+			avail = min(avail, uint64(n))
+		}
+		if avail == math.MaxUint64 {
+			defaultHeap = math.MaxUint64 // unknown: no heap limit
+			return
+		}
+		defaultHeap = avail / 4 * 3
+	})
+	return defaultHeap
+}
+
+// memTotal is the machine's memory from /proc/meminfo, 0 if unknown.
+func memTotal() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				if n, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+					if len(f) > 1 && strings.EqualFold(f[1], "kB") {
+						n *= 1024
+					}
+					return n
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // Call runs a hook with args (Go values, see ToStarlark; the episode
@@ -275,7 +534,7 @@ func (h *Harness) callStarlark(ctx context.Context, c *hookCall, args []any, inf
 		}
 		sargs[i] = v
 	}
-	v, err := h.run(ctx, spec.Name, h.opts.MaxSteps, h.opts.CallTimeout, info, func(th *starlark.Thread) (starlark.Value, error) {
+	v, err := h.run(ctx, spec.Name, h.opts.MaxSteps, h.opts.CallTimeout, false, info, func(th *starlark.Thread) (starlark.Value, error) {
 		return starlark.Call(th, fn, sargs, nil)
 	})
 	if err != nil {

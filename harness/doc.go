@@ -36,14 +36,37 @@
 //     the hook, its arguments and result summarized, the Starlark steps or
 //     "default", the time taken. A Go default's record names its state
 //     argument without a summary ("should_stop(state)").
-//   - Memory: Starlark has no memory limit. The step limit bounds how many
-//     operations run, and the runtime bounds what it hands out: builtin
-//     string results (MaxStringBytes), converted values (MaxValueBytes,
-//     MaxValueItems), range(). A single Starlark operation can still
-//     allocate up to 1 GiB (string or list repetition), and repeated
-//     doubling (s = s + s) grows exponentially within few steps; set
-//     Options.MaxHeapBytes to cancel code once the process heap passes a
-//     bound, and run untrusted candidates in a process with a memory limit.
+//   - Memory: Starlark has no memory limit of its own, and one of its
+//     operations could allocate gigabytes in a step ([0] * n, "x" * n, s +
+//     s doubled, "%s" % v, str() of a list sharing one long string).
+//     Load rewrites the syntax tree (rewrite.go) so that every operation
+//     that can make a value larger than its operands — the operators + *
+//     % | - << and their augmented forms, indexing, slicing, *args — calls
+//     a guard (guards.go), and it predeclares bounded versions of the
+//     builtins and methods that can (str, repr, print, fail, int, list,
+//     tuple, sorted, dict, set, zip, enumerate, getattr, s.join, s.format,
+//     s.replace, s.split, l.extend, d.update, d.items, json, re,
+//     truncate, dedent). Each computes the size of its result first and
+//     refuses a value above MaxAllocBytes (16 MiB; 1M list elements),
+//     charges what it makes to the call's budget (MaxMemoryBytes, 1 GiB
+//     in all, garbage included) and, every MiB, looks at the deadline and
+//     the caller's context, and every few dozen MiB at the process heap
+//     (MaxHeapBytes, three quarters of the memory available; also checked
+//     every few thousand steps). json.decode reads at most MaxNesting
+//     levels, and str(), repr() and json.encode walk at most as many;
+//     ints are bounded by MaxIntBits; re refuses inputs whose size times
+//     the pattern's program passes a bound (about 3 s of matching) and
+//     looks at the deadline before each large match. Errors of these
+//     limits match ErrMemory and name the limit. The step limit bounds
+//     the rest (an append or a comprehension element per step). One step
+//     can still take unbounded time: comparing or hashing values that
+//     share deeply nested tuples or lists (t == t for t =
+//     (((1,)*1000,)*1000,)*1000), which no deadline interrupts. Load runs
+//     the top level on a goroutine of its own and stops waiting for it
+//     abandonAfter past its deadline (freezing the globals is bounded by
+//     checkFreeze); a hook call runs on its caller's goroutine (a
+//     goroutine a call would cost more than the call) and is not
+//     protected from such a step.
 //
 // The package imports schemas and nothing else of whale.
 package harness

@@ -144,4 +144,5 @@ const builtinsDoc = "## Builtins\n\n" +
 	"- Top-level code runs once, when the harness loads; its values are then frozen. Hooks are functions of their arguments: they cannot keep state between calls.\n" +
 	"- `while`, top-level `if`/`for`, sets and reassigning a global (`PROMPT += \"...\"`) are allowed; recursion is not.\n" +
 	"- Every call has a step limit (about ten million steps) and a deadline; strings made by one builtin call are limited to 1 MiB, `range()` to about a million elements, and hook results to a few MiB.\n" +
+	"- Memory is bounded: one operation makes at most a 16 MiB string or a list of about a million elements (`\"x\" * n`, `s + s`, `[0] * n`, `\"%s\" % v`, `s.join(...)`, `str(v)`, slices, ...), one call allocates at most 1 GiB in all (build long strings with `\"\".join(parts)`, not `+=` in a loop), `json.decode` reads at most 1000 levels of nesting, and `re` refuses to match a very long string against a complex pattern. Code that passes a limit fails with an error naming it.\n" +
 	"- Errors name the file and line; a hook that fails, loops forever or returns the wrong shape fails the episode.\n"

@@ -16,8 +16,12 @@ var (
 	ErrStepLimit = errors.New("step limit exceeded")
 	// ErrDeadline: the code ran past Options.CallTimeout (or LoadTimeout).
 	ErrDeadline = errors.New("deadline exceeded")
-	// ErrMemory: the process heap passed Options.MaxHeapBytes during the call.
-	ErrMemory = errors.New("heap limit exceeded")
+	// ErrMemory: the code passed a memory limit: one operation would have
+	// made a value larger than Options.MaxAllocBytes (or an int of more
+	// than MaxIntBits), the call allocated more than MaxMemoryBytes, a
+	// value nested deeper than MaxNesting, or the process heap passed
+	// MaxHeapBytes. The error names the limit.
+	ErrMemory = errors.New("memory limit exceeded")
 	// ErrRuntime: the Starlark code failed (division by zero, missing key,
 	// fail(), a builtin rejecting its arguments, ...).
 	ErrRuntime = errors.New("starlark error")

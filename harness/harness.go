@@ -54,9 +54,24 @@ type Options struct {
 	MaxSteps, LoadSteps uint64
 	// CallTimeout bounds each hook call; LoadTimeout the top level.
 	CallTimeout, LoadTimeout time.Duration
-	// MaxHeapBytes, when set, cancels Starlark code once the process's heap
-	// objects pass this many bytes (checked every few thousand steps). It
-	// is process-wide: set it well above what the rest of the process uses.
+	// MaxAllocBytes bounds what one operation may make: a string of this
+	// many bytes, a list or tuple of MaxAllocBytes/16 elements, a dict or
+	// set of MaxAllocBytes/64 entries; the operators + * % | - << and
+	// their augmented forms, slices, str(), repr(), list(), sorted(),
+	// s.join(), s.format(), s.replace(), s.split(), ... check the size of
+	// their result before making it. Zero means DefaultMaxAllocBytes.
+	MaxAllocBytes int
+	// MaxMemoryBytes bounds what one call (or the module's top level)
+	// allocates in total through those operations, garbage included.
+	// Zero means DefaultMaxMemoryBytes.
+	MaxMemoryBytes int64
+	// MaxHeapBytes cancels Starlark code once the process's heap objects
+	// pass this many bytes (checked every few thousand steps, and every
+	// few dozen MiB that the bounded operations allocate). It is
+	// process-wide: it is the backstop against many calls that each stay
+	// within their own budget. Zero means DefaultMaxHeapBytes(), three
+	// quarters of the memory available to the process; math.MaxUint64
+	// turns the check off.
 	MaxHeapBytes uint64
 	// MaxStringBytes bounds a string made by one builtin call (re.sub,
 	// json.encode, ...).
@@ -97,6 +112,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxRange <= 0 {
 		o.MaxRange = DefaultMaxRange
+	}
+	if o.MaxAllocBytes <= 0 {
+		o.MaxAllocBytes = DefaultMaxAllocBytes
+	}
+	if o.MaxMemoryBytes <= 0 {
+		o.MaxMemoryBytes = DefaultMaxMemoryBytes
+	}
+	if o.MaxHeapBytes == 0 {
+		o.MaxHeapBytes = DefaultMaxHeapBytes()
 	}
 	return o
 }
@@ -182,13 +206,14 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 		return fail(problems, nil, nil)
 	}
 	h.positions = topLevelBindings(f)
+	rewriteFile(f)
 	prog, err := starlark.FileProgram(f, predeclared.Has)
 	if err != nil {
 		return fail(resolveProblems(err), nil, err)
 	}
 
 	var globals starlark.StringDict
-	_, runErr := h.run(context.Background(), "<toplevel>", opts.LoadSteps, opts.LoadTimeout, nil, func(th *starlark.Thread) (starlark.Value, error) {
+	_, runErr := h.run(context.Background(), "<toplevel>", opts.LoadSteps, opts.LoadTimeout, true, nil, func(th *starlark.Thread) (starlark.Value, error) {
 		var err error
 		globals, err = prog.Init(th, predeclared)
 		return starlark.None, err
@@ -202,6 +227,9 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 			kind:      he.kind,
 			cause:     he.cause,
 		}
+	}
+	if err := checkFreeze(globals); err != nil {
+		return fail([]Problem{{Pos: Pos{File: filename}, Msg: "top level: " + err.Error()}}, ErrMemory, err)
 	}
 	globals.Freeze()
 	h.globals = globals
@@ -455,7 +483,7 @@ func (h *Harness) unknownNames() []Problem {
 	names := h.globals.Keys()
 	sort.Strings(names)
 	for _, name := range names {
-		if strings.HasPrefix(name, "_") {
+		if strings.HasPrefix(name, "_") || strings.HasPrefix(name, hiddenPrefix) {
 			continue
 		}
 		if _, ok := h.contract.Const(name); ok {
@@ -605,6 +633,15 @@ func renderTemplate(tmpl string, fields map[string]any) (string, error) {
 			return "", fmt.Errorf("field %s: %w", k, err)
 		}
 		kwargs = append(kwargs, starlark.Tuple{starlark.String(k), v})
+	}
+	// A template that repeats a field a million times must not make a
+	// million copies of it.
+	n, err := formatSize(tmpl, nil, kwargs, DefaultMaxAllocBytes)
+	if err == nil && n > DefaultMaxAllocBytes {
+		err = memoryError("the rendered text would be more than %d bytes (MaxAllocBytes)", DefaultMaxAllocBytes)
+	}
+	if err != nil {
+		return "", err
 	}
 	v, err := starlark.Call(&starlark.Thread{Name: "render"}, format, nil, kwargs)
 	if err != nil {

@@ -105,7 +105,7 @@ func compileRE(fn, pattern string, flags int, mode reMode) (*rePattern, error) {
 		}
 		return nil, fmt.Errorf("%s: bad pattern %q: %s", fn, pattern, msg)
 	}
-	p := &rePattern{rx: rx, src: pattern, flags: flags}
+	p := &rePattern{rx: rx, src: pattern, flags: flags, insts: progSize(rx)}
 	if reCacheSize.Load() < maxCachedRE {
 		v, loaded := reCache.LoadOrStore(key, p)
 		if loaded {
@@ -114,6 +114,44 @@ func compileRE(fn, pattern string, flags int, mode reMode) (*rePattern, error) {
 		reCacheSize.Add(1)
 	}
 	return p, nil
+}
+
+// progSize is the number of instructions of rx's compiled program, by
+// which RE2's automaton may multiply the work per byte of input; 1 for a
+// pattern that is a literal string (matched by a plain search).
+func progSize(rx *regexp.Regexp) int {
+	if _, complete := rx.LiteralPrefix(); complete {
+		return 1
+	}
+	re, err := resyntax.Parse(rx.String(), resyntax.Perl)
+	if err != nil {
+		return 1
+	}
+	prog, err := resyntax.Compile(re.Simplify())
+	if err != nil {
+		return 1
+	}
+	return max(len(prog.Inst), 1)
+}
+
+// reWork refuses to match s when the work may pass maxRegexWork (input
+// bytes times pattern instructions), looks at the deadline before any
+// large match (a loop of them must stop when the call's time is up, not
+// at the next poll of the steps) and counts the work to the call.
+func reWork(th *starlark.Thread, fn string, p *rePattern, s string) error {
+	units := int64(len(s)) * int64(p.insts)
+	if units > maxRegexWork {
+		return &limitError{kind: ErrRuntime, msg: fmt.Sprintf("%s: matching a string of %d bytes against a pattern of %d instructions is more work than the limit of %d (bytes × instructions); match a shorter string, e.g. s[:100000], or a simpler pattern", fn, len(s), p.insts, maxRegexWork)}
+	}
+	if units < 1<<16 {
+		return nil
+	}
+	if r := runnerOf(th); r != nil {
+		if err := r.checkNow(th); err != nil {
+			return err
+		}
+	}
+	return work(th, units/16)
 }
 
 var reModule = func() *starlarkstruct.Module {
@@ -216,7 +254,7 @@ func reEscape(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwar
 }
 
 func reSearch(mode reMode) reOp {
-	return func(_ *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return func(th *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		// The common call, one positional string, without UnpackArgs
 		// (whose target escapes: an allocation per call).
 		str, ok := starlark.String(""), false
@@ -231,6 +269,9 @@ func reSearch(mode reMode) reOp {
 			str = starlark.String(s)
 		}
 		s := string(str)
+		if err := reWork(th, fn, p, s); err != nil {
+			return nil, err
+		}
 		rx, err := p.variant(fn, mode)
 		if err != nil {
 			return nil, err
@@ -244,7 +285,11 @@ func reSearch(mode reMode) reOp {
 }
 
 // allMatches finds up to n matches (n <= 0: all), bounded by MaxValueItems.
-func allMatches(th *starlark.Thread, fn string, rx *regexp.Regexp, s string, n int) ([][]int, error) {
+func allMatches(th *starlark.Thread, fn string, p *rePattern, s string, n int) ([][]int, error) {
+	if err := reWork(th, fn, p, s); err != nil {
+		return nil, err
+	}
+	rx := p.rx
 	limit := limitsOf(th).MaxValueItems
 	want := limit + 1
 	if n > 0 && n < want {
@@ -262,7 +307,7 @@ func reFindall(th *starlark.Thread, fn string, p *rePattern, args starlark.Tuple
 	if err := starlark.UnpackArgs(fn, args, kwargs, "string", &s); err != nil {
 		return nil, err
 	}
-	all, err := allMatches(th, fn, p.rx, s, 0)
+	all, err := allMatches(th, fn, p, s, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +335,7 @@ func reFinditer(th *starlark.Thread, fn string, p *rePattern, args starlark.Tupl
 	if err := starlark.UnpackArgs(fn, args, kwargs, "string", &s); err != nil {
 		return nil, err
 	}
-	all, err := allMatches(th, fn, p.rx, s, 0)
+	all, err := allMatches(th, fn, p, s, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +354,7 @@ func reSplit(th *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, 
 	if err := starlark.UnpackArgs(fn, args, kwargs, "string", &s, "maxsplit?", &maxsplit); err != nil {
 		return nil, err
 	}
-	all, err := allMatches(th, fn, p.rx, s, maxsplit)
+	all, err := allMatches(th, fn, p, s, maxsplit)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +401,7 @@ func reSub(th *starlark.Thread, fn string, p *rePattern, args starlark.Tuple, kw
 	default:
 		return nil, fmt.Errorf("%s: repl must be a string or a function, got %s", fn, repl.Type())
 	}
-	all, err := allMatches(th, fn, p.rx, s, count)
+	all, err := allMatches(th, fn, p, s, count)
 	if err != nil {
 		return nil, err
 	}

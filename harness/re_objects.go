@@ -14,6 +14,7 @@ type rePattern struct {
 	rx    *regexp.Regexp
 	src   string
 	flags int
+	insts int // the compiled program's instructions (progSize)
 	// methods holds the bound methods made so far, by patternMethodNames
 	// index: a pattern is mostly a frozen global whose methods every hook
 	// call looks up again.

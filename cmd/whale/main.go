@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -100,13 +101,56 @@ func exitCode(err error) int {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(context.Background(), os.Stderr)
 	err := runApp(ctx, os.Stdout, os.Stderr, os.Args)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "whale:", err)
 	}
 	os.Exit(exitCode(err))
+}
+
+// signalContext is signal.NotifyContext for SIGINT and SIGTERM, except
+// for a second signal. The first cancels ctx: the command stops at its
+// next check and cleans up (a lease released, a temporary directory
+// removed), which may take a while. A second one exits the process at
+// once, with the shell's code for death by that signal (130 for SIGINT,
+// 143 for SIGTERM), whatever the command is doing. stop restores the
+// default handling of both signals.
+func signalContext(parent context.Context, stderr io.Writer) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-done:
+			return
+		}
+		fmt.Fprintf(stderr, "whale: %v: stopping (send it again to exit at once)\n", sig)
+		cancel(fmt.Errorf("%w: %v", context.Canceled, sig))
+		select {
+		case sig = <-sigs:
+		case <-done:
+			return
+		}
+		fmt.Fprintf(stderr, "whale: %v again: exiting\n", sig)
+		code := 128 + 15
+		if s, ok := sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		os.Exit(code)
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			signal.Stop(sigs)
+			close(done)
+			cancel(context.Canceled)
+		})
+	}
 }
 
 // runApp runs the command line args (os.Args: the program name first) as
@@ -141,6 +185,8 @@ const exitCodesHelp = `EXIT CODES:
    3  conflict: a position asked with different inputs, or a run name taken by another spec
    4  busy: another live process holds the run's lease (whale run, whale stage; whale step
       prints one line and exits 0 for cron; whale run --wait waits instead)
+   130, 143  a second SIGINT or SIGTERM: exited at once (the first one stops the command
+      at its next check, releasing what it holds)
 
 ENVIRONMENT:
    WHALE_ROOT         default for --root (a bucket URL: file:///data/whale, s3://bucket/prefix?endpoint=...)
