@@ -6,6 +6,17 @@
 //   - Importers stream: they call fn once per task, in file order, and keep
 //     memory bounded by the longest line (JSONL) or one record batch
 //     (Parquet), never by the file size. They write nothing themselves.
+//   - Every read is bounded and stops when the context ends: a JSONL line
+//     or CSV record at most Options.MaxLineBytes (8 MiB), a file, and what
+//     a .gz/.zst file decompresses to, at most Options.MaxInputBytes
+//     (8 GiB); a Parquet file whose metadata claims more than the file
+//     holds (a column chunk past its end, more than MaxParquetRows rows, a
+//     footer over 64 MiB) is refused before it is read by those claims.
+//     Past a bound the error is an *Error naming the file, the line and
+//     the bound.
+//   - A file that is not regular (a FIFO, /dev/stdin) is read once, with
+//     those bounds, into a temporary copy (see Input), so that it can be
+//     detected, hashed and imported like a regular file.
 //   - The first bad input stops the import with one *Error naming the file
 //     and the line (JSONL, CSV; 1-based), or the row (Parquet; 0-based, as
 //     pandas and polars show it), the column or field, and what was

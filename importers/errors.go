@@ -1,6 +1,7 @@
 package importers
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -69,4 +70,15 @@ func quote(s string) string {
 		return fmt.Sprintf("%q…", s[:max])
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// readErr is a failed read at line: past Options.MaxInputBytes an *Error
+// (the input's fault), else the error with the position (a cancel, a
+// device failing).
+func readErr(file string, line int, err error) error {
+	var tb *tooBigError
+	if errors.As(err, &tb) {
+		return lineErr(file, line, "%s", tb.Error())
+	}
+	return fmt.Errorf("%s:%d: read: %w", file, line, err)
 }

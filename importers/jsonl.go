@@ -37,10 +37,7 @@ var (
 //   - meta: an object. Every other field is added to meta under its own
 //     name, unless meta already has that key.
 func JSONL(ctx context.Context, r io.Reader, name string, opts Options, fn func(schemas.Task) error) error {
-	maxLine := opts.MaxLineBytes
-	if maxLine <= 0 {
-		maxLine = defaultMaxLine
-	}
+	maxLine := opts.maxLine()
 	br := bufio.NewReaderSize(r, 64<<10)
 	var buf []byte
 	prefix := stem(name)
@@ -55,7 +52,7 @@ func JSONL(ctx context.Context, r io.Reader, name string, opts Options, fn func(
 		for {
 			chunk, err := br.ReadSlice('\n')
 			if len(buf)+len(chunk) > maxLine {
-				return lineErr(name, lineNo, "line is longer than %d bytes (raise the limit if the file is right)", maxLine)
+				return lineErr(name, lineNo, "line is longer than %d bytes, the most one task may take (is the file what it should be?)", maxLine)
 			}
 			buf = append(buf, chunk...)
 			if errors.Is(err, bufio.ErrBufferFull) {
@@ -64,7 +61,7 @@ func JSONL(ctx context.Context, r io.Reader, name string, opts Options, fn func(
 			if errors.Is(err, io.EOF) {
 				eof = true
 			} else if err != nil {
-				return fmt.Errorf("%s:%d: read: %w", name, lineNo, err)
+				return readErr(name, lineNo, err)
 			}
 			break
 		}

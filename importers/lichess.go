@@ -1,6 +1,7 @@
 package importers
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -61,7 +62,11 @@ func LichessCSV(ctx context.Context, r io.Reader, name string, opts Options, fn 
 	if msg := opts.unknownDomain(domain); msg != "" {
 		return fmt.Errorf("%s: Lichess puzzles are domain chess: %s", name, msg)
 	}
-	cr := csv.NewReader(r)
+	// encoding/csv holds a whole record in memory however long it is (an
+	// unclosed quote makes the rest of the file one field): cr reads
+	// through rb, which refuses a record longer than MaxLineBytes.
+	rb := &recordBound{ctx: ctx, r: r, max: int64(opts.maxLine())}
+	cr := csv.NewReader(rb)
 	cr.ReuseRecord = true
 	// Column counts are checked here, against the header, for a clearer
 	// message than encoding/csv's.
@@ -78,6 +83,21 @@ func LichessCSV(ctx context.Context, r io.Reader, name string, opts Options, fn 
 			return nil
 		}
 		if err != nil {
+			var tb *tooBigError
+			switch {
+			case errors.Is(err, errRecordTooLong):
+				after := "it is the first record"
+				if n > 0 {
+					after = fmt.Sprintf("it starts after the record of line %d", rb.lastLine)
+				}
+				e := lineErr(name, rb.line(), "a CSV record longer than %d bytes, the most one task may take (%s; an unclosed quote?)", rb.max, after)
+				e.Err = err
+				return e
+			case errors.As(err, &tb):
+				return lineErr(name, rb.line(), "%s", tb.Error())
+			case ctx.Err() != nil:
+				return fmt.Errorf("%s:%d: %w", name, rb.line(), err)
+			}
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
 				e := lineErr(name, pe.Line, "invalid CSV: %v", pe.Err)
@@ -87,6 +107,7 @@ func LichessCSV(ctx context.Context, r io.Reader, name string, opts Options, fn 
 			return fmt.Errorf("%s: read: %w", name, err)
 		}
 		line, _ := cr.FieldPos(0)
+		rb.mark(cr.InputOffset(), line)
 		for i, f := range rec {
 			if off := badUTF8(f); off >= 0 {
 				l, c := cr.FieldPos(i)
@@ -123,6 +144,46 @@ func LichessCSV(ctx context.Context, r io.Reader, name string, opts Options, fn 
 		}
 	}
 }
+
+// errRecordTooLong is recordBound's refusal.
+var errRecordTooLong = errors.New("CSV record too long")
+
+// recordBound reads r for a csv.Reader and fails once more than max bytes
+// (plus what the csv.Reader reads ahead) have come since the end of the
+// last record it returned, or once ctx is done. It counts the lines it
+// passes, for messages.
+type recordBound struct {
+	ctx      context.Context
+	r        io.Reader
+	max      int64
+	n        int64 // bytes read
+	start    int64 // offset of the end of the last record
+	lines    int   // newlines read
+	lastLine int   // line of the last record returned
+}
+
+// readAhead bounds what csv.Reader's bufio.Reader reads past a record.
+const readAhead = 64 << 10
+
+func (b *recordBound) Read(p []byte) (int, error) {
+	if err := b.ctx.Err(); err != nil {
+		return 0, context.Cause(b.ctx)
+	}
+	if b.n-b.start > b.max+readAhead {
+		return 0, errRecordTooLong
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	b.lines += bytes.Count(p[:n], []byte{'\n'})
+	return n, err
+}
+
+// mark records that the csv.Reader returned the record of line that ends
+// at offset.
+func (b *recordBound) mark(offset int64, line int) { b.start, b.lastLine = offset, line }
+
+// line is the line being read: the one after the last newline read.
+func (b *recordBound) line() int { return b.lines + 1 }
 
 func checkHeader(rec []string) string {
 	if len(rec) != 9 && len(rec) != 10 {

@@ -30,18 +30,44 @@ type Options struct {
 	// domains/registry): a task of any other, stated in the data or in
 	// Domain, stops the import with an error naming its line or row.
 	Domains []string
-	// MaxLineBytes bounds one JSONL line; default 64 MiB.
+	// MaxLineBytes bounds one JSONL line and one CSV record, the text of
+	// one task; default DefaultMaxLineBytes.
 	MaxLineBytes int
+	// MaxInputBytes bounds the bytes read from the file and, for a .gz or
+	// .zst file, the bytes decompressed from it; default
+	// DefaultMaxInputBytes.
+	MaxInputBytes int64
 	// BatchRows is the Parquet read batch; default 1024.
 	BatchRows int
 }
 
 const (
-	defaultMaxLine   = 64 << 20
+	// DefaultMaxLineBytes is the default Options.MaxLineBytes: far more
+	// than the longest task seen (a prompt of a few hundred KB), far less
+	// than what would make one line a memory problem.
+	DefaultMaxLineBytes = 8 << 20
+	// DefaultMaxInputBytes is the default Options.MaxInputBytes: the
+	// 5-million-puzzle Lichess dump is about 1 GB decompressed.
+	DefaultMaxInputBytes = 8 << 30
+
 	defaultBatchRows = 1024
 	// checkEvery is how many tasks pass between context checks.
 	checkEvery = 256
 )
+
+func (o Options) maxLine() int {
+	if o.MaxLineBytes <= 0 {
+		return DefaultMaxLineBytes
+	}
+	return o.MaxLineBytes
+}
+
+func (o Options) maxInput() int64 {
+	if o.MaxInputBytes <= 0 {
+		return DefaultMaxInputBytes
+	}
+	return o.MaxInputBytes
+}
 
 // Format is an input layout.
 type Format int
@@ -74,9 +100,15 @@ func ParseFormat(name string) (Format, error) {
 
 // Detect names the format of the file at path from its extension (.jsonl,
 // .ndjson, .csv, .parquet, optionally followed by .gz or .zst) and, for CSV
-// files and unknown extensions, from its first bytes.
+// files and unknown extensions, from its first bytes. For a file that is
+// not regular (a FIFO), which reading consumes, use OpenInput.
 func Detect(path string) (Format, error) {
-	base, _ := compression(path)
+	return detect(path, path)
+}
+
+// detect is Detect for the file at path, called name in messages.
+func detect(path, name string) (Format, error) {
+	base, _ := compression(name)
 	ext := strings.ToLower(filepath.Ext(base))
 	switch ext {
 	case ".jsonl", ".ndjson":
@@ -92,7 +124,7 @@ func Detect(path string) (Format, error) {
 	head := make([]byte, 4096)
 	n, err := io.ReadFull(rc, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return FormatUnknown, fmt.Errorf("detect format of %s: %w", path, err)
+		return FormatUnknown, fmt.Errorf("detect format of %s: %w", name, err)
 	}
 	head = head[:n]
 	if line, _, _ := bytes.Cut(head, []byte("\n")); looksLichess(line) {
@@ -101,7 +133,7 @@ func Detect(path string) (Format, error) {
 	if ext == ".csv" {
 		line, _, _ := bytes.Cut(head, []byte("\n"))
 		return FormatUnknown, fmt.Errorf("%s: a CSV file but not the Lichess puzzle layout: its first line is %s, expected the header %s",
-			path, quote(strings.TrimSpace(string(line))), strings.Join(lichessColumns, ","))
+			name, quote(strings.TrimSpace(string(line))), strings.Join(lichessColumns, ","))
 	}
 	trimmed := bytes.TrimLeft(bytes.TrimPrefix(head, utf8BOM), " \t\r\n")
 	switch {
@@ -110,7 +142,7 @@ func Detect(path string) (Format, error) {
 	case bytes.HasPrefix(trimmed, []byte("{")):
 		return FormatJSONL, nil
 	}
-	return FormatUnknown, fmt.Errorf("%s: cannot tell the format; expected .jsonl/.ndjson (JSON lines), .csv (Lichess puzzles) or .parquet (verl layout), or pass the format", path)
+	return FormatUnknown, fmt.Errorf("%s: cannot tell the format; expected .jsonl/.ndjson (JSON lines), .csv (Lichess puzzles) or .parquet (verl layout), or pass the format", name)
 }
 
 // looksLichess accepts the Lichess header or a headerless puzzle row.
@@ -134,30 +166,43 @@ func compression(path string) (base, kind string) {
 }
 
 // OpenFile opens path for reading, decompressing .gz and .zst/.zstd files
-// (the Lichess dump ships as .csv.zst).
+// (the Lichess dump ships as .csv.zst). Nothing bounds what it reads:
+// ImportFile and Input bound it.
 func OpenFile(path string) (io.ReadCloser, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	_, kind := compression(path)
+	if kind == "" {
+		return f, nil
+	}
+	zr, err := decompress(f, kind, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &stackCloser{Reader: zr, closers: []io.Closer{zr, f}}, nil
+}
+
+// decompress reads r, compressed as kind says (.gz, .zst, .zstd); name
+// is for messages. Closing the result does not close r.
+func decompress(r io.Reader, kind, name string) (io.ReadCloser, error) {
 	switch kind {
 	case ".gz":
-		zr, err := gzip.NewReader(bufio.NewReader(f))
+		zr, err := gzip.NewReader(bufio.NewReader(r))
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%s: gzip: %w", path, err)
+			return nil, fmt.Errorf("%s: gzip: %w", name, err)
 		}
-		return &stackCloser{Reader: zr, closers: []io.Closer{zr, f}}, nil
+		return zr, nil
 	case ".zst", ".zstd":
-		zr, err := zstd.NewReader(bufio.NewReader(f), zstd.WithDecoderConcurrency(1))
+		zr, err := zstd.NewReader(bufio.NewReader(r), zstd.WithDecoderConcurrency(1))
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%s: zstd: %w", path, err)
+			return nil, fmt.Errorf("%s: zstd: %w", name, err)
 		}
-		return &stackCloser{Reader: zr, closers: []io.Closer{closerFunc(func() error { zr.Close(); return nil }), f}}, nil
+		return &stackCloser{Reader: zr, closers: []io.Closer{closerFunc(func() error { zr.Close(); return nil })}}, nil
 	}
-	return f, nil
+	return io.NopCloser(r), nil
 }
 
 type closerFunc func() error
@@ -178,41 +223,14 @@ func (s *stackCloser) Close() error {
 }
 
 // ImportFile imports the file at path in format f (FormatUnknown: Detect
-// it). Errors name the path as given.
+// it), bounded as Input says. Errors name the path as given.
 func ImportFile(ctx context.Context, path string, f Format, opts Options, fn func(schemas.Task) error) error {
-	if f == FormatUnknown {
-		var err error
-		if f, err = Detect(path); err != nil {
-			return err
-		}
-	}
-	if f == FormatVerl {
-		if _, kind := compression(path); kind != "" {
-			return fmt.Errorf("%s: Parquet files are compressed inside; decompress the %s file first", path, kind)
-		}
-		file, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer file.Close()
-		st, err := file.Stat()
-		if err != nil {
-			return err
-		}
-		return VerlParquet(ctx, file, st.Size(), path, opts, fn)
-	}
-	rc, err := OpenFile(path)
+	in, err := OpenInput(ctx, path, opts)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	switch f {
-	case FormatJSONL:
-		return JSONL(ctx, rc, path, opts, fn)
-	case FormatLichess:
-		return LichessCSV(ctx, rc, path, opts, fn)
-	}
-	return fmt.Errorf("%s: unsupported format %v", path, f)
+	defer in.Close()
+	return in.Import(ctx, f, opts, fn)
 }
 
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}

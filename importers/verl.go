@@ -1,7 +1,9 @@
 package importers
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +16,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/whalerun/whale/schemas"
@@ -62,11 +66,23 @@ func VerlParquet(ctx context.Context, ra io.ReaderAt, size int64, name string, o
 			err = &Error{File: name, Row: row, Msg: fmt.Sprintf("unreadable Parquet data: %v", r)}
 		}
 	}()
-	pf, err := file.NewParquetReader(io.NewSectionReader(ra, 0, size))
+	if err := checkParquetFooter(ra, size, name); err != nil {
+		return err
+	}
+	// The column chunks are streamed rather than read whole: a chunk's
+	// size comes from the file, and whole it would be one allocation of
+	// that size.
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled = true
+	props.BufferSize = 1 << 20
+	pf, err := file.NewParquetReader(io.NewSectionReader(ra, 0, size), file.WithReadProps(props))
 	if err != nil {
 		return fmt.Errorf("%s: not a readable Parquet file: %w", name, err)
 	}
 	defer pf.Close()
+	if err := checkParquetMeta(pf.MetaData(), size, name); err != nil {
+		return err
+	}
 	batch := opts.BatchRows
 	if batch <= 0 {
 		batch = defaultBatchRows
@@ -128,6 +144,69 @@ func VerlParquet(ctx context.Context, ra io.ReaderAt, size int64, name string, o
 		rr.Release()
 		if rerr != nil && rerr != io.EOF {
 			return &Error{File: name, Row: row, Msg: fmt.Sprintf("read row group %d: %v", rg, rerr), Err: rerr}
+		}
+	}
+	return nil
+}
+
+// Bounds on what a Parquet file's metadata may claim, checked before
+// anything is read by it: the reader sizes its buffers from those claims.
+const (
+	// maxParquetFooter bounds the file metadata (the footer): a few KB per
+	// row group. arrow-go reads it whole.
+	maxParquetFooter = 64 << 20
+	// MaxParquetRows bounds the rows a file's row groups may claim: far
+	// beyond a task table (the Lichess dump is 5.6 million puzzles).
+	MaxParquetRows = 1 << 30
+)
+
+// parquetMagic begins and ends a Parquet file.
+var parquetMagic = []byte("PAR1")
+
+// checkParquetFooter refuses a file that does not end as a Parquet file
+// does (metadata length, PAR1) or whose metadata claims more than
+// maxParquetFooter bytes.
+func checkParquetFooter(ra io.ReaderAt, size int64, name string) error {
+	if size < 12 {
+		return fmt.Errorf("%s: not a readable Parquet file: %d bytes, fewer than the 12 of an empty one", name, size)
+	}
+	var tail [8]byte
+	if _, err := ra.ReadAt(tail[:], size-8); err != nil {
+		return fmt.Errorf("%s: read: %w", name, err)
+	}
+	if !bytes.Equal(tail[4:], parquetMagic) {
+		return fmt.Errorf("%s: not a readable Parquet file: it does not end with PAR1", name)
+	}
+	if n := binary.LittleEndian.Uint32(tail[:4]); int64(n) > min(maxParquetFooter, size-12) {
+		return &Error{File: name, Row: -1, Msg: fmt.Sprintf("the Parquet footer claims %d bytes of metadata; the file has %d bytes and an import reads at most %d of metadata", n, size, maxParquetFooter)}
+	}
+	return nil
+}
+
+// checkParquetMeta refuses metadata that claims what the file cannot
+// hold: more rows than MaxParquetRows, a negative count, or a column chunk
+// outside the file.
+func checkParquetMeta(md *metadata.FileMetaData, size int64, name string) error {
+	var rows int64
+	for rg := range md.NumRowGroups() {
+		g := md.RowGroup(rg)
+		n := g.NumRows()
+		if n < 0 || n > MaxParquetRows-rows {
+			return &Error{File: name, Row: -1, Msg: fmt.Sprintf("row group %d claims %d rows; the file's row groups may hold at most %d in all", rg, n, int64(MaxParquetRows))}
+		}
+		rows += n
+		for c := range g.NumColumns() {
+			cc, err := g.ColumnChunk(c)
+			if err != nil {
+				return &Error{File: name, Row: -1, Msg: fmt.Sprintf("row group %d, column %d: %v", rg, c, err), Err: err}
+			}
+			start := cc.DataPageOffset()
+			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 {
+				start = min(start, cc.DictionaryPageOffset())
+			}
+			if n := cc.TotalCompressedSize(); start < 0 || n < 0 || start > size || n > size-start {
+				return &Error{File: name, Row: -1, Msg: fmt.Sprintf("row group %d, column %d claims %d bytes at offset %d, outside the file's %d bytes", rg, c, n, start, size)}
+			}
 		}
 	}
 	return nil

@@ -328,6 +328,7 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 			Iteration:    d.Index,
 			Domain:       e.Domain,
 			AgentCommand: h.Agent.Command,
+			AgentEnv:     h.Agent.Env,
 		}
 		if propose.UsesLLM(h.Proposer) {
 			cfg.LLM = propose.LLMConfig{Model: h.LLM.Name, Temperature: &h.LLM.Temperature, MaxTokens: h.LLM.MaxTokens}

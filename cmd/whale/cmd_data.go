@@ -10,7 +10,6 @@ import (
 	"hash/maphash"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,6 +49,12 @@ taken name is refused (exit code 3). A task's domain (from the data or
 --domain) must be a known one; text must be UTF-8 (bytes that are not are
 an error naming the line and byte offset, never replaced). A file:// root
 that does not exist yet is created.
+
+Bounds: a JSONL line or CSV record (one task) is at most 8 MiB, a file at
+most 8 GiB, and so is what a .gz or .zst file decompresses to. FILE may be
+a FIFO or /dev/stdin: it is read once, bounded, into a temporary copy.
+SIGINT or SIGTERM (Ctrl-C) stops the import between two reads; nothing
+is written.
 
 JSONL fields: id, question (or prompt, problem), answers (or answer,
 golden_answers), split, domain, meta; other fields go into meta.
@@ -93,8 +98,6 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 		if format, err = importers.ParseFormat(o.Format); err != nil {
 			return usageError{fmt.Errorf("--format: %w", err)}
 		}
-	} else if format, err = importers.Detect(o.File); err != nil {
-		return usageError{err}
 	}
 	if o.Domain != "" {
 		if _, err := registry.Get(o.Domain); err != nil {
@@ -107,8 +110,27 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 	if err := storage.CheckDataset(o.Name); err != nil {
 		return usageError{fmt.Errorf("--name: %w", err)}
 	}
-	sum, err := fileSHA256(o.File)
+	opts := importers.Options{Domain: o.Domain, Split: o.Split, Domains: registry.Names()}
+	// The file is read bounded and until ctx ends; one that is not
+	// regular (a FIFO, /dev/stdin) is read once, into a copy.
+	in, err := importers.OpenInput(ctx, o.File, opts)
 	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return usageError{err}
+	}
+	defer in.Close()
+	if format == importers.FormatUnknown {
+		if format, err = in.Detect(); err != nil {
+			return usageError{err}
+		}
+	}
+	sum, err := inputSHA256(ctx, in)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
 		return usageError{err}
 	}
 	store, err := createRoot(ctx, o.Root)
@@ -146,7 +168,7 @@ func runImport(ctx context.Context, o importOptions, out io.Writer) error {
 	// fault (the spool, a cancel) is told apart here, and the rest is the
 	// input's.
 	var sinkErr error
-	err = importers.ImportFile(ctx, o.File, format, importers.Options{Domain: o.Domain, Split: o.Split, Domains: registry.Names()}, func(t schemas.Task) error {
+	err = in.Import(ctx, format, opts, func(t schemas.Task) error {
 		if err := st.add(t); err != nil {
 			return err
 		}
@@ -224,15 +246,16 @@ func (s *importStats) summary() map[string]any {
 	return map[string]any{"tasks": s.rows, "domains": s.domains, "splits": s.splits}
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+// inputSHA256 is the digest of the file's bytes as stored.
+func inputSHA256(ctx context.Context, in *importers.Input) (string, error) {
+	r, err := in.Open(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer r.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
+	if _, err := io.Copy(h, r); err != nil {
+		return "", fmt.Errorf("read %s: %w", in.Name(), err)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

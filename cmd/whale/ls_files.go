@@ -154,8 +154,11 @@ func parseOutsideRoot(redacted string) (*outsideRoot, error) {
 	// query that does not parse strictly, a value encoded twice, a path):
 	// the addresses built from it would point elsewhere. (User info is
 	// dropped anyway.)
-	if redacted == redact.Unparseable || strings.Contains(u.Host, redact.Mark) || strings.Contains(u.Path, redact.Mark) ||
-		strings.Contains(u.RawQuery, redact.Mark) {
+	rewritten := redacted == redact.Unparseable || strings.Contains(u.Host, redact.Mark) || strings.Contains(u.Path, redact.Mark)
+	for k, vs := range u.Query() {
+		rewritten = rewritten || k == redact.Mark || slices.Contains(vs, redact.Mark)
+	}
+	if rewritten {
 		return nil, fmt.Errorf("root %s: whale cannot say where its files are for readers outside whale; write the root URL without secrets and with a plain query", redacted)
 	}
 	q := u.Query()

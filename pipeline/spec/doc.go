@@ -29,6 +29,11 @@
 //     finetuneChecks (validate.go), for a backend that has any.
 //   - Diff names the field paths in which two specs differ; it is what an
 //     error about "the same run with a different spec" shows.
+//   - A spec never holds a secret (secrets.go): URLs that redaction would
+//     change, credential-named keys in free-form maps, the value of a
+//     credential variable of whale's environment, or a literal token in a
+//     command are refused, naming the field but never the value, and
+//     saying which *_env setting or variable to use instead.
 //
 // To add a field: add it to the struct with yaml and json tags, its default to
 // Defaults (or Normalize when it depends on other fields) and its checks to

@@ -197,6 +197,11 @@ type Harness struct {
 type AgentProposer struct {
 	// Command is run with /bin/sh -c in the workspace.
 	Command string `yaml:"command" json:"command"`
+	// Env names the variables of whale's environment passed through to
+	// the agent, such as its own API key (ANTHROPIC_API_KEY); default
+	// none. The agent gets only these and an allow-list (PATH, locale,
+	// TZ, TERM; see propose.AgentBaseEnv), never the bucket's credentials.
+	Env []string `yaml:"env" json:"env,omitempty"`
 }
 
 // LLMProposer asks an OpenAI-compatible chat model for candidates.

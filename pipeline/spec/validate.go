@@ -212,6 +212,7 @@ func (e *Experiment) validate() ErrorList {
 	e.validateSlurm(c)
 	c.count("rollout.shards", int64(e.Rollout.Shards), 1, MaxShards)
 	c.count("rollout.concurrency", int64(e.Rollout.Concurrency), 1, MaxRolloutConcurrency)
+	e.checkSecrets(c) // last: a field refused already is not refused twice
 	return c.errs
 }
 
@@ -419,6 +420,16 @@ func (e *Experiment) validateHarness(c *checker) {
 // validateAgentProposer checks the agent proposer's settings.
 func (e *Experiment) validateAgentProposer(c *checker) {
 	c.required("harness.agent.command", e.Harness.Agent.Command, "the coding-agent command for proposer agent")
+	for i, name := range e.Harness.Agent.Env {
+		path := fmt.Sprintf("harness.agent.env[%d]", i)
+		switch err := propose.CheckAgentEnv(name); {
+		case err != nil && !envVarRE.MatchString(name):
+			// Maybe the value, written where its name belongs.
+			c.addSensitive(path, "%v", err)
+		case err != nil:
+			c.add(path, "%v", err)
+		}
+	}
 }
 
 // validateLLMProposer checks the llm proposer's settings: the model the

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/stages"
 )
 
@@ -24,7 +24,7 @@ import (
 const DefaultAgentTimeout = time.Hour
 
 // agentLogBytes is how much of the agent's output the stage keeps (the
-// tail) in agent.log.
+// tail) in agent.log; the rest is never stored, on disk or in memory.
 const agentLogBytes = 256 << 10
 
 // agentTraceBytes bounds each trace file of the workspace.
@@ -32,14 +32,29 @@ const agentTraceBytes = 20000
 
 // checkAgent checks the agent backend's settings.
 func (c Config) checkAgent() []error {
+	var errs []error
 	if strings.TrimSpace(c.AgentCommand) == "" {
-		return []error{errors.New("agent_command is empty: the agent backend runs it in the workspace")}
+		errs = append(errs, errors.New("agent_command is empty: the agent backend runs it in the workspace"))
 	}
-	return nil
+	for i, name := range c.AgentEnv {
+		if err := CheckAgentEnv(name); err != nil {
+			errs = append(errs, fmt.Errorf("agent_env[%d]: %w", i, err))
+		}
+	}
+	return errs
 }
 
 // agent is the agent backend: it writes the workspace, runs the agent
 // command in it and harvests new/*/.
+//
+// The agent runs in a scratch folder of its own, new for each run and
+// removed afterwards unless Stage.KeepWorkspace: workspace/ (the files of
+// writeWorkspace, copies: nothing in it links elsewhere), home/ (its HOME)
+// and tmp/ (its TMPDIR). Its environment is an allow-list (agentEnv): no
+// bucket credentials, no WHALE_ROOT, no model keys but those
+// Config.AgentEnv names. What it writes comes back through harvest's
+// limits, and its output and its text pass through the scrubber of
+// whale's secret variables before they are stored.
 func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, error) {
 	root, err := os.MkdirTemp(s.WorkDir, "whale-propose-")
 	if err != nil {
@@ -48,28 +63,61 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 	if s.KeepWorkspace {
 		in.log.Info("agent workspace kept", "dir", root)
 	} else {
-		defer os.RemoveAll(root)
+		defer func() {
+			if err := removeScratch(root); err != nil {
+				in.log.Warn("agent workspace not removed", "dir", root, "err", err)
+			}
+		}()
 	}
-	ws := filepath.Join(root, "workspace")
+	ws, home, tmp := filepath.Join(root, "workspace"), filepath.Join(root, "home"), filepath.Join(root, "tmp")
 	if err := writeWorkspace(ws, in); err != nil {
 		return outcome{}, fmt.Errorf("propose: agent workspace %s: %w", ws, err)
 	}
+	for _, d := range []string{home, tmp} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return outcome{}, fmt.Errorf("propose: agent scratch: %w", err)
+		}
+	}
+	// The workspace as whale made it, whatever the agent renames or
+	// links in its place.
+	wsDir, err := os.Open(ws)
+	if err != nil {
+		return outcome{}, fmt.Errorf("propose: agent workspace: %w", err)
+	}
+	defer wsDir.Close()
+
+	promptOnly := "0"
+	if in.cfg.PromptOnly {
+		promptOnly = "1"
+	}
+	env, missing := agentEnv(os.LookupEnv, in.cfg.AgentEnv, home, tmp,
+		"WHALE_WORKSPACE="+ws,
+		"WHALE_CANDIDATES="+strconv.Itoa(in.cfg.M),
+		"WHALE_PROMPT_ONLY="+promptOnly,
+		"WHALE_DOMAIN="+in.cfg.Domain,
+		"WHALE_PARENT="+in.parent.ID(),
+		"WHALE_ITERATION="+strconv.Itoa(in.cfg.Iteration),
+	)
+	if len(missing) > 0 {
+		in.log.Warn("agent_env names variables whale's environment does not have", "names", missing)
+	}
+	sc := redact.Secrets(os.Environ())
 
 	timeout := s.AgentTimeout
 	if timeout <= 0 {
 		timeout = DefaultAgentTimeout
 	}
-	logPath := filepath.Join(root, "agent.log")
-	status, err := runAgent(ctx, in, ws, logPath, timeout)
+	output := &tail{max: agentLogBytes + sc.Longest()}
+	status, err := runAgent(ctx, in.cfg.AgentCommand, ws, env, output, timeout)
 	if err != nil {
 		return outcome{}, err
 	}
 	in.log.Info("agent finished", "status", status)
-	if err := uploadLog(ctx, x, logPath); err != nil {
+	if err := uploadLog(ctx, x, output, sc); err != nil {
 		return outcome{}, err
 	}
 
-	out, err := harvest(ws, in.cfg.M)
+	out, err := harvest(wsDir, in.cfg.M, sc)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -81,35 +129,31 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 	return out, nil
 }
 
-// runAgent runs the command and says how it ended: "exited 0", "exited
+// runAgent runs command in ws with the environment env, its output (both
+// streams) going to output, and says how it ended: "exited 0", "exited
 // 3", "timed out after 1h0m0s". Only a command that could not start at
 // all, or a cancelled stage, is an error.
-func runAgent(ctx context.Context, in *input, ws, logPath string, timeout time.Duration) (string, error) {
-	logf, err := os.Create(logPath)
+func runAgent(ctx context.Context, command, ws string, env []string, output io.Writer, timeout time.Duration) (string, error) {
+	// The agent writes to a pipe whale reads into output: its output
+	// never lands whole on disk. The pipe is an *os.File, so that Wait
+	// does not wait on a grandchild that keeps it open.
+	pr, pw, err := os.Pipe()
 	if err != nil {
-		return "", fmt.Errorf("propose: agent log: %w", err)
+		return "", fmt.Errorf("propose: agent output: %w", err)
 	}
-	defer logf.Close()
+	defer pr.Close()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(output, pr)
+	}()
 
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(actx, "/bin/sh", "-c", in.cfg.AgentCommand)
+	cmd := exec.CommandContext(actx, "/bin/sh", "-c", command)
 	cmd.Dir = ws
-	promptOnly := "0"
-	if in.cfg.PromptOnly {
-		promptOnly = "1"
-	}
-	cmd.Env = append(os.Environ(),
-		"WHALE_WORKSPACE="+ws,
-		"WHALE_CANDIDATES="+strconv.Itoa(in.cfg.M),
-		"WHALE_PROMPT_ONLY="+promptOnly,
-		"WHALE_DOMAIN="+in.cfg.Domain,
-		"WHALE_PARENT="+in.parent.ID(),
-		"WHALE_ITERATION="+strconv.Itoa(in.cfg.Iteration),
-	)
-	// Writing to a file (not a pipe) means Wait never waits on a grandchild
-	// that keeps the agent's output open.
-	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = pw, pw
 	// The agent gets its own process group so that a timeout ends
 	// everything it started, not just the shell.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -121,15 +165,21 @@ func runAgent(ctx context.Context, in *input, ws, logPath string, timeout time.D
 	}
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	pw.Close() // the agent holds the write end now
+	if err != nil {
+		<-copied
 		return "", fmt.Errorf("propose: start agent command: %w", err)
 	}
 	err = cmd.Wait()
 	if hardKill != nil {
 		hardKill.Stop()
 	}
-	// Whatever the agent left running in its group goes with it.
+	// Whatever the agent left running in its group goes with it; what
+	// left the group and keeps the output open is cut off shortly after.
 	killGroup(cmd.Process.Pid, syscall.SIGKILL)
+	_ = pr.SetReadDeadline(time.Now().Add(2 * time.Second))
+	<-copied
 	switch {
 	case ctx.Err() != nil:
 		return "", fmt.Errorf("propose: agent: %w", ctx.Err())
@@ -151,102 +201,64 @@ func killGroup(pid int, sig syscall.Signal) {
 	}
 }
 
-// uploadLog keeps the tail of the agent's output as agent.log.
-func uploadLog(ctx context.Context, x *stages.Exec, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("propose: agent log: %w", err)
+// tail is an io.Writer that keeps the last max bytes written to it.
+type tail struct {
+	max   int
+	buf   []byte
+	total int64
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.total += int64(len(p))
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return len(p), nil
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > agentLogBytes {
-		if _, err := f.Seek(st.Size()-agentLogBytes, io.SeekStart); err != nil {
-			return fmt.Errorf("propose: agent log: %w", err)
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+// bytes returns the last max bytes and how many bytes before them are gone.
+func (t *tail) bytes() ([]byte, int64) {
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+	}
+	return b, t.total - int64(len(b))
+}
+
+// agentLog is the text of agent.log: the tail of the agent's output,
+// scrubbed by sc. Where the output was cut, the first sc.Longest() bytes
+// of the tail go too, and the rest of that line: a secret cut in two
+// would be too short to be found.
+func agentLog(t *tail, sc *redact.Scrubber) string {
+	b, cut := t.bytes()
+	head := ""
+	if cut > 0 {
+		drop := min(sc.Longest(), len(b))
+		if i := bytes.IndexByte(b[drop:min(len(b), drop+4096)], '\n'); i >= 0 {
+			drop += i + 1
 		}
+		b, cut = b[drop:], cut+int64(drop)
+		head = fmt.Sprintf("[whale: the agent wrote %d bytes; the first %d are cut]\n", t.total, cut)
 	}
+	return head + sc.Text(string(b))
+}
+
+// uploadLog stores agentLog as agent.log.
+func uploadLog(ctx context.Context, x *stages.Exec, t *tail, sc *redact.Scrubber) error {
 	w, err := x.Create(ctx, "agent.log")
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(w, f); err != nil {
+	if _, err := io.WriteString(w, agentLog(t, sc)); err != nil {
 		w.Abort()
 		return fmt.Errorf("propose: agent log: %w", err)
 	}
 	return w.Close()
-}
-
-// meta is new/<name>/meta.json.
-type meta struct {
-	Name       string `json:"name"`
-	Hypothesis string `json:"hypothesis"`
-	Axis       string `json:"axis"`
-}
-
-// harvest reads new/*/harness.star and meta.json, in name order. Only
-// regular files are read (a link could point anywhere on this machine).
-func harvest(ws string, m int) (outcome, error) {
-	var out outcome
-	dir := filepath.Join(ws, "new")
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return out, nil
-	}
-	if err != nil {
-		return out, fmt.Errorf("propose: harvest %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		rel := "new/" + e.Name()
-		src, err := readRegular(filepath.Join(dir, e.Name(), "harness.star"), harness.MaxSourceBytes)
-		if err != nil {
-			out.rejected = append(out.rejected, Rejection{Name: e.Name(), Kind: RejectProposalBad, Reason: rel + ": " + err.Error()})
-			continue
-		}
-		p := proposal{Name: e.Name(), Source: src}
-		if data, err := readRegular(filepath.Join(dir, e.Name(), "meta.json"), 64<<10); err == nil {
-			var md meta
-			if err := json.Unmarshal(data, &md); err != nil {
-				out.rejected = append(out.rejected, Rejection{Name: e.Name(), Kind: RejectProposalBad,
-					Reason: rel + "/meta.json: " + err.Error() + ` (want {"name", "hypothesis", "axis"})`, Source: string(src)})
-				continue
-			}
-			p.Name = cmpOr(md.Name, p.Name)
-			p.Hypothesis, p.Axis = md.Hypothesis, md.Axis
-		}
-		if len(out.proposals) == m {
-			out.rejected = append(out.rejected, Rejection{Name: p.Name, Axis: p.Axis, Kind: RejectOverLimit,
-				Reason: fmt.Sprintf("%s: more than m = %d candidates written", rel, m), Source: string(src)})
-			continue
-		}
-		out.proposals = append(out.proposals, p)
-	}
-	return out, nil
-}
-
-func cmpOr(a, b string) string {
-	if strings.TrimSpace(a) != "" {
-		return a
-	}
-	return b
-}
-
-// readRegular reads a regular file of at most limit bytes.
-func readRegular(path string, limit int64) ([]byte, error) {
-	st, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no %s", filepath.Base(path))
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", filepath.Base(path))
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes, more than the limit of %d", filepath.Base(path), st.Size(), limit)
-	}
-	return os.ReadFile(path)
 }
 
 // writeWorkspace lays out what the agent reads:

@@ -28,6 +28,22 @@
 //     python block; proposer "llm:<model>"), agent (a command run in a
 //     workspace of plain files, harvested from new/<name>/; see
 //     writeWorkspace). Adding a proposer is its file and one row.
+//   - The agent is untrusted. It runs in a scratch folder new for each run
+//     (workspace/, and its HOME and TMPDIR; removed afterwards unless
+//     KeepWorkspace) with an environment allow-list, never whale's own:
+//     AgentBaseEnv (PATH, locale, TZ, TERM), the workspace's WHALE_*
+//     variables and the names of Config.AgentEnv, of which CheckAgentEnv
+//     refuses the bucket's credentials (AWS_*, AZURE_*,
+//     GOOGLE_APPLICATION_CREDENTIALS) and whale's own (WHALE_ROOT). Of what
+//     it writes, only regular files are read, each opened once without
+//     following a link and checked as opened: at most 128 entries in new/
+//     (more: none read), harness.star up to harness.MaxSourceBytes,
+//     meta.json up to 64 KiB; a link, FIFO, device or oversized file is a
+//     bad_proposal. Its output is kept in memory, the last 256 KiB only.
+//     agent.log and the agent's names, hypotheses and axes are stored
+//     scrubbed of the values of whale's secret variables (redact.Secrets)
+//     and of URL credentials; a source that holds such a value is refused
+//     and not stored.
 //   - Every proposal is validated, in order: it loads under the domain's
 //     contract (problems with file:line:col); it is not a duplicate of the parent,
 //     of an archived harness or of an earlier candidate of the batch (same bytes,

@@ -69,6 +69,12 @@ type Config struct {
 	Domain string `json:"domain"`
 	// AgentCommand is run with /bin/sh -c in the agent's workspace.
 	AgentCommand string `json:"agent_command,omitempty"`
+	// AgentEnv names the variables of whale's environment that the agent
+	// gets besides AgentBaseEnv, such as the coding agent's own API key
+	// (ANTHROPIC_API_KEY); see CheckAgentEnv for the names refused. Empty
+	// leaves the config's JSON, and so the stage's identity, as it was
+	// before the field existed.
+	AgentEnv []string `json:"agent_env,omitempty"`
 	// LLM is the llm backend's model and decoding.
 	LLM LLMConfig `json:"llm,omitzero"`
 }

@@ -339,6 +339,9 @@ func TestConfigValidate(t *testing.T) {
 		{"m", func(c *Config) { c.M = 0 }, "m 0"},
 		{"parent", func(c *Config) { c.Parent = "best" }, "parent"},
 		{"agent command", func(c *Config) { c.Backend = BackendAgent }, "agent_command"},
+		{"agent env", func(c *Config) {
+			c.Backend, c.AgentCommand, c.AgentEnv = BackendAgent, "true", []string{"ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY"}
+		}, "agent_env[1]: AWS_SECRET_ACCESS_KEY is refused"},
 		{"llm model", func(c *Config) { c.Backend = BackendLLM }, "llm.model"},
 	}
 	for _, c := range cases {

@@ -1,0 +1,54 @@
+package redact
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSecretName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"ANTHROPIC_API_KEY": true, "AWS_SECRET_ACCESS_KEY": true, "AWS_REGION": true, "AZURE_STORAGE_ACCOUNT": true,
+		"GOOGLE_APPLICATION_CREDENTIALS": true, "HF_TOKEN": true, "GITHUB_TOKEN": true, "DB_PASSWORD": true,
+		"MY_SECRET_THING": true, "CLIENT_SECRET": true, "GH_PAT": true, "SSH_PRIVATE_KEY": true, "OPENAI_APIKEY": true,
+		"CLAUDE_CODE_OAUTH_TOKEN": true, "BASIC_AUTH": true, "openai_api_key": true, "SIGNING_KEY": true,
+		"PATH": false, "HOME": false, "LANG": false, "PWD": false, "KEYBOARD_LAYOUT": false, "GIT_AUTHOR_NAME": false,
+		"WHALE_ROOT": false, "TOKENIZERS_PARALLELISM": true,
+	} {
+		if got := SecretName(name); got != want {
+			t.Errorf("SecretName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	sc := Secrets([]string{
+		"ANTHROPIC_API_KEY=sk-ant-0123456789",
+		"LONG_TOKEN=sk-ant-0123456789-and-more", // holds the other one
+		"SHORT_TOKEN=abc1234",                   // under MinSecretLen: would blank out words
+		"PATH=/usr/bin:/bin:/usr/local/bin",     // not a secret by its name
+		"DB_PASSWORD=",
+		"NOEQUALS",
+	})
+	in := "key sk-ant-0123456789-and-more and sk-ant-0123456789; abc1234 in /usr/bin:/bin:/usr/local/bin at http://u:pw@h/x"
+	got := sc.Text(in)
+	want := "key REDACTED and REDACTED; abc1234 in /usr/bin:/bin:/usr/local/bin at http://REDACTED@h/x"
+	if got != want {
+		t.Errorf("Text:\n got %q\nwant %q", got, want)
+	}
+	if !sc.Holds("x sk-ant-0123456789 y") || sc.Holds("abc1234") || sc.Holds(got) {
+		t.Error("Holds")
+	}
+	if sc.Longest() != len("sk-ant-0123456789-and-more") {
+		t.Errorf("Longest = %d", sc.Longest())
+	}
+	var none *Scrubber
+	if none.Text("http://u:pw@h/") != "http://REDACTED@h/" || none.Holds("x") || none.Longest() != 0 {
+		t.Error("a nil Scrubber is Text")
+	}
+	if s := Secrets(nil); s.Longest() != 0 || s.Text("plain") != "plain" {
+		t.Error("empty environment")
+	}
+	if strings.Contains(Secrets([]string{"X_KEY=value=with=equals"}).Text("a value=with=equals b"), "value=with") {
+		t.Error("a value with '=' is kept whole")
+	}
+}
