@@ -50,6 +50,9 @@ type Runner struct {
 	// Wait makes RunToEnd wait while another live process holds the
 	// run's lease, instead of returning its *storage.LeaseHeldError.
 	Wait bool
+	// CommandDir is where the trainer and reload commands run: the
+	// directory `whale init` ran in (spec.Run.Dir); empty: the current one.
+	CommandDir string
 }
 
 // StepRetry is how often, and how patiently, RunToEnd runs a step again
@@ -354,7 +357,8 @@ func (r *Runner) stageImpl(name string) (stages.Stage, error) {
 		if e.Model.APIKeyEnv != "" {
 			key = os.Getenv(e.Model.APIKeyEnv)
 		}
-		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: endpoints, WorkDir: rt.WorkDir, APIKey: key}, nil
+		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: endpoints, WorkDir: rt.WorkDir, APIKey: key,
+			CommandDir: r.CommandDir}, nil
 	case StagePropose:
 		return &propose.Stage{Domain: rt.Domain, LLM: rt.Proposer, Log: r.Log, Sources: propose.StoreSources(r.Store)}, nil
 	case StageEvaluate:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -86,6 +87,9 @@ func initExperiment(ctx context.Context, root string, exp *spec.Experiment, sour
 		return usageError{fmt.Errorf("%s: %w", source, err)}
 	}
 	run.Inputs = inputs
+	if wd, err := os.Getwd(); err == nil {
+		run.Dir = wd
+	}
 	dir := ""
 	if abs, err := filepath.Abs(source); err == nil {
 		dir = filepath.Dir(abs)

@@ -272,7 +272,8 @@ func newRunner(ctx context.Context, o runOptions, out io.Writer) (*pipeline.Runn
 		store.Close()
 		return nil, nil, err
 	}
-	r := &pipeline.Runner{Planner: *pl, Runtime: rt, Out: out, Log: slog.Default(), LeaseTTL: o.LeaseTTL, Wait: o.Wait}
+	r := &pipeline.Runner{Planner: *pl, Runtime: rt, Out: out, Log: slog.Default(), LeaseTTL: o.LeaseTTL, Wait: o.Wait,
+		CommandDir: run.Dir}
 	return r, func() { rt.Close(); store.Close() }, nil
 }
 

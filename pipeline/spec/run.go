@@ -26,6 +26,12 @@ type Run struct {
 	// spec's path fields name, as init found them (see Input); none for a
 	// run frozen before whale recorded them.
 	Inputs []Input `json:"inputs,omitempty"`
+	// Dir is the directory `whale init` ran in. The trainer and reload
+	// commands (shell text that may name files by relative path, such as
+	// python jobs/trainers/train.py) run there, wherever whale runs from;
+	// empty for a run frozen before whale recorded it (they run in the
+	// current directory).
+	Dir string `json:"dir,omitempty"`
 }
 
 // ErrSpecMismatch is matched by the *MismatchError that CheckSame returns.

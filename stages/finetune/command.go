@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -83,6 +84,14 @@ func (e *CommandError) Unwrap() error { return e.Err }
 func (st *Stage) runCommand(ctx context.Context, log *slog.Logger, what string, argv []string, env []string) error {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = env
+	if st.CommandDir != "" {
+		if fi, err := os.Stat(st.CommandDir); err == nil && fi.IsDir() {
+			cmd.Dir = st.CommandDir
+		} else {
+			log.Warn("finetune: the directory whale init ran in is not on this machine; the command runs in the current one",
+				"what", what, "dir", st.CommandDir)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	grace := st.KillGrace

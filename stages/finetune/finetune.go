@@ -180,6 +180,10 @@ type Stage struct {
 	// ReloadEndpoints are the OpenAI-compatible base URLs (http://host:8000/v1
 	// or http://host:8000) that vllm-lora tells about a new adapter.
 	ReloadEndpoints []string
+	// CommandDir is where the trainer and reload commands run (a run's
+	// spec.Run.Dir); empty, or missing on this machine (logged), the
+	// current directory.
+	CommandDir string
 	// APIKey, when set, is sent as a bearer token to ReloadEndpoints.
 	APIKey     string
 	HTTPClient *http.Client // nil: a client with a 5-minute timeout
