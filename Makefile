@@ -90,8 +90,17 @@ test: deps tools
 test-short: deps
 	$(GO) test -short $(TEST_FLAGS) ./...
 
+# The second step is `whale analyze` against DuckDB on one 1M-row rollouts
+# file, with a check that both compute the same numbers: analysis/duckbench
+# is a module of its own, so that only it builds DuckDB (cgo, ~40 s), never
+# `make build` or `make test`. It runs when BENCH names one of its
+# benchmarks (Versus, WhaleMemory), or all of them.
 bench: deps tools
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./...
+	@if echo 'Versus WhaleMemory' | grep -qE -- '$(BENCH)'; then \
+		echo 'cd analysis/duckbench && go test -run TestSameNumbers -bench $(BENCH)'; \
+		cd analysis/duckbench && $(GO) test -run TestSameNumbers -bench '$(BENCH)' -benchmem -timeout 30m .; \
+	fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

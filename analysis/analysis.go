@@ -9,7 +9,6 @@ import (
 
 	"github.com/whalerun/whale/metrics"
 	"github.com/whalerun/whale/pipeline/schedule"
-	"github.com/whalerun/whale/schemas"
 )
 
 // Dimensions rows can be grouped by.
@@ -81,7 +80,7 @@ type Labels struct {
 }
 
 // maxDims bounds a group key; keys are fixed-size arrays so that a lookup
-// per row allocates nothing.
+// allocates nothing.
 const maxDims = 9
 
 type groupKey [maxDims]string
@@ -95,23 +94,87 @@ type posInfo struct {
 }
 
 // Analyzer accumulates rollout rows into groups. It is not safe for
-// concurrent use.
+// concurrent use; it reads the row groups of its files in parallel itself.
 type Analyzer struct {
 	by []string
 	k  int
 
-	index  map[groupKey]int
-	keys   []groupKey
-	ids    []string // the group's name inside the accumulators
-	scores *metrics.Accumulator
-	// costs sees each row with correct as its reward and its prompt tokens
-	// as its tokens, so that its macro averages are accuracy and prompt
-	// tokens, computed by the same arithmetic as the scores.
-	costs     *metrics.Accumulator
+	index map[groupKey]int
+	keys  []groupKey
+	// tasks are the distinct task ids, each stored once; taskIndex finds
+	// them.
+	tasks     []string
+	taskIndex idTable
+	// cells hold the sums of each (group, task) pair in blocks of
+	// cellBlock, in the order the pairs were first seen; cellIndex finds
+	// them. Blocks grow without copying, so memory is what the pairs need.
+	cells     [][]cell
+	nCells    int
+	cellIndex idTable
 	positions map[string]posInfo
 	rows      int64
 	files     int
 	notes     []string
+}
+
+const cellBlock = 4096
+
+// cell is one (group, task) pair of the result.
+type cell struct {
+	group, task int32
+	sums
+}
+
+// sums are the totals of one (group, task) pair that every score is
+// computed from: integer sums are exact, and the reward sum is compensated
+// as in package metrics, so a mean changes with the order rows arrive in
+// by at most rounding.
+type sums struct {
+	n, correct, failed        int64
+	turns, prompt, completion int64
+	reward                    kahan
+}
+
+// merge adds o's rows to s. Partial sums merge in a fixed order (files,
+// then row groups, in file order), so the same files give the same bits
+// however many workers read them.
+func (s *sums) merge(o *sums) {
+	if s.n == 0 {
+		*s = *o
+		return
+	}
+	s.n += o.n
+	s.correct += o.correct
+	s.failed += o.failed
+	s.turns += o.turns
+	s.prompt += o.prompt
+	s.completion += o.completion
+	s.reward.add(o.reward.s)
+	s.reward.add(o.reward.c)
+}
+
+// kahan is a Neumaier-compensated sum, the same arithmetic as package
+// metrics uses for rewards: a single row group's sum is bit for bit what
+// metrics.Accumulator computes from its rows.
+type kahan struct{ s, c float64 }
+
+func (k *kahan) add(x float64) {
+	t := k.s + x
+	if abs(k.s) >= abs(x) {
+		k.c += (k.s - t) + x
+	} else {
+		k.c += (x - t) + k.s
+	}
+	k.s = t
+}
+
+func (k *kahan) sum() float64 { return k.s + k.c }
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // New returns an empty Analyzer.
@@ -135,8 +198,6 @@ func New(opts Options) (*Analyzer, error) {
 		by:        slices.Clone(by),
 		k:         opts.K,
 		index:     make(map[groupKey]int),
-		scores:    metrics.NewAccumulator(opts.K),
-		costs:     metrics.NewAccumulator(opts.K),
 		positions: make(map[string]posInfo),
 	}, nil
 }
@@ -153,7 +214,6 @@ func (a *Analyzer) position(p string) posInfo {
 	if pos, err := schedule.ParsePosition(p); err == nil {
 		pi = posInfo{pos: pos, ok: true, round: fmt.Sprintf("r%03d", pos.Round), section: sectionName(pos.Section)}
 	}
-	// The key may alias a decoded record batch that is about to be released.
 	a.positions[strings.Clone(p)] = pi
 	return pi
 }
@@ -169,41 +229,52 @@ func sectionName(s schedule.Section) string {
 	}
 }
 
-// episode is the part of a rollout row the analysis needs.
-type episode struct {
-	task             string
-	reward           float64
-	correct          bool
-	failed           bool
-	turns            int32
-	prompt, complete int64
+// group returns the index of the group whose key values are k, adding it
+// if new. k's strings must not alias memory that is about to be reused.
+func (a *Analyzer) group(k groupKey) int32 {
+	g, ok := a.index[k]
+	if !ok {
+		g = len(a.keys)
+		a.index[k] = g
+		a.keys = append(a.keys, k)
+	}
+	return int32(g)
 }
 
-// add counts one episode into the group whose key values are k.
-func (a *Analyzer) add(k *groupKey, e episode) {
-	g, ok := a.index[*k]
-	if !ok {
-		for i := range k {
-			k[i] = strings.Clone(k[i])
+// task returns the index of task id t, adding it if new. t must not
+// alias memory that is about to be reused.
+func (a *Analyzer) task(t string) int32 {
+	i, slot := a.taskIndex.find(hashString(t), func(i int32) bool { return a.tasks[i] == t })
+	if i < 0 {
+		i = int32(len(a.tasks))
+		a.tasks = append(a.tasks, t)
+		a.taskIndex.insert(slot, func(i int32) uint64 { return hashString(a.tasks[i]) })
+	}
+	return i
+}
+
+// cell returns the cell at index i.
+func (a *Analyzer) cell(i int32) *cell { return &a.cells[i/cellBlock][i%cellBlock] }
+
+func (c *cell) key() uint64 { return uint64(uint32(c.group))<<32 | uint64(uint32(c.task)) }
+
+// addCell adds the sums of one (group, task) pair.
+func (a *Analyzer) addCell(g, task int32, s *sums) {
+	c := cell{group: g, task: task}
+	key := c.key()
+	i, slot := a.cellIndex.find(hashKey(key), func(i int32) bool { return a.cell(i).key() == key })
+	if i < 0 {
+		i = int32(a.nCells)
+		if a.nCells%cellBlock == 0 {
+			a.cells = append(a.cells, make([]cell, 0, cellBlock))
 		}
-		g = len(a.keys)
-		a.index[*k] = g
-		a.keys = append(a.keys, *k)
-		a.ids = append(a.ids, strconv.Itoa(g))
+		b := &a.cells[len(a.cells)-1]
+		*b = append(*b, c)
+		a.nCells++
+		a.cellIndex.insert(slot, func(i int32) uint64 { return hashKey(a.cell(i).key()) })
 	}
-	id := a.ids[g]
-	var errText string
-	if e.failed {
-		errText = "failed"
-	}
-	a.scores.Add(schemas.Rollout{HarnessID: id, TaskID: e.task, Reward: e.reward, Correct: e.correct,
-		Error: errText, Turns: e.turns, CompletionTokens: e.complete})
-	var acc float64
-	if e.correct {
-		acc = 1
-	}
-	a.costs.Add(schemas.Rollout{HarnessID: id, TaskID: e.task, Reward: acc, PromptTokens: e.prompt})
-	a.rows++
+	a.cell(i).merge(s)
+	a.rows += s.n
 }
 
 // Note records a remark for the reader of the result, such as a run with
@@ -245,38 +316,65 @@ type Group struct {
 }
 
 // Result scores the groups. The Analyzer may go on accumulating after.
+//
+// The arithmetic is that of metrics.Accumulator, per (group, task) pair
+// and then per group over its tasks in task order: mean@k, pass@k
+// (metrics.PassAtK), turns and completion tokens as its Evals and
+// Summaries compute them, and accuracy and prompt tokens as they would
+// for rows whose reward is 1 when correct and whose tokens are the prompt
+// tokens. A test holds the two together bit for bit.
 func (a *Analyzer) Result() Result {
 	r := Result{By: slices.Clone(a.by), K: a.k, Rows: a.rows, Files: a.files, Notes: slices.Clone(a.notes)}
 	r.Groups = make([]Group, len(a.keys))
 	for i := range r.Groups {
 		r.Groups[i].Key = slices.Clone(a.keys[i][:len(a.by)])
 	}
-	// The accumulators' groups are (id, "", task); Evals gives each task's k.
+	// Each group's cells, in task order.
+	byGroup := make([][]int32, len(a.keys))
+	for i := range int32(a.nCells) {
+		g := a.cell(i).group
+		byGroup[g] = append(byGroup[g], i)
+	}
 	kmin, kmax, short := 0, 0, 0
-	for _, ev := range a.scores.Evals() {
-		g := &r.Groups[a.groupOf(ev.HarnessID)]
-		k := int(ev.K)
-		if g.KMin == 0 || k < g.KMin {
-			g.KMin = k
+	for gi, cells := range byGroup {
+		slices.SortFunc(cells, func(x, y int32) int { return strings.Compare(a.tasks[a.cell(x).task], a.tasks[a.cell(y).task]) })
+		g := &r.Groups[gi]
+		var meanAtK, passAtK, turns, completion, accuracy, prompt float64
+		for _, ci := range cells {
+			c := a.cell(ci)
+			n := int(c.n)
+			k := a.k
+			if k == 0 || n < k {
+				k = n
+			}
+			// n ≥ k ≥ 1 and 0 ≤ correct ≤ n by construction.
+			pass, _ := metrics.PassAtK(n, int(c.correct), k)
+			nf := float64(n)
+			meanAtK += c.reward.sum() / nf
+			passAtK += pass
+			turns += float64(c.turns) / nf
+			completion += float64(c.completion) / nf
+			accuracy += float64(c.correct) / nf
+			prompt += float64(c.prompt) / nf
+			g.Episodes += n
+			g.Failed += int(c.failed)
+			if g.KMin == 0 || k < g.KMin {
+				g.KMin = k
+			}
+			g.KMax = max(g.KMax, k)
+			if kmin == 0 || k < kmin {
+				kmin = k
+			}
+			kmax = max(kmax, k)
+			if a.k > 0 && k < a.k {
+				short++
+			}
 		}
-		g.KMax = max(g.KMax, k)
-		if kmin == 0 || k < kmin {
-			kmin = k
-		}
-		kmax = max(kmax, k)
-		if a.k > 0 && k < a.k {
-			short++
-		}
-	}
-	for _, s := range a.scores.Summaries() {
-		g := &r.Groups[a.groupOf(s.HarnessID)]
-		g.Episodes, g.Tasks, g.Failed = s.Episodes, s.Tasks, s.Failed
-		g.MeanAtK, g.PassAtK, g.MeanTurns, g.MeanCompletionTokens = s.MeanAtK, s.PassAtK, s.MeanTurns, s.MeanTokens
-		g.FailureRate = float64(s.Failed) / float64(s.Episodes)
-	}
-	for _, s := range a.costs.Summaries() {
-		g := &r.Groups[a.groupOf(s.HarnessID)]
-		g.Accuracy, g.MeanPromptTokens = s.MeanAtK, s.MeanTokens
+		t := float64(len(cells))
+		g.Tasks = len(cells)
+		g.MeanAtK, g.PassAtK, g.MeanTurns, g.MeanCompletionTokens = meanAtK/t, passAtK/t, turns/t, completion/t
+		g.Accuracy, g.MeanPromptTokens = accuracy/t, prompt/t
+		g.FailureRate = float64(g.Failed) / float64(g.Episodes)
 	}
 	switch {
 	case a.k == 0 && kmin != kmax:
@@ -286,15 +384,6 @@ func (a *Analyzer) Result() Result {
 	}
 	slices.SortFunc(r.Groups, func(x, y Group) int { return a.compareKeys(x.Key, y.Key) })
 	return r
-}
-
-func (a *Analyzer) groupOf(id string) int {
-	g, err := strconv.Atoi(id)
-	if err != nil || g < 0 || g >= len(a.keys) {
-		// Only add names groups, so this is a bug, not bad input.
-		panic(fmt.Sprintf("analysis: accumulator group %q unknown", id))
-	}
-	return g
 }
 
 // compareKeys orders groups column by column: positions and rounds as the

@@ -12,8 +12,18 @@
 //     prompt and completion tokens. The failure rate is failed episodes
 //     (error != "") over all episodes.
 //   - Files stream: only the columns the scores and the grouping need are
-//     decoded (never messages or trace), one record batch at a time, and
-//     memory grows with the number of (group, task) pairs, not with rows.
+//     decoded (never messages or trace) into Arrow arrays (pqarrow), one
+//     record batch at a time. Row groups, of one file or of several, are
+//     read in parallel, one worker per GOMAXPROCS; each sums its batches
+//     column by column into per-(group, task) sums, and the sums of the
+//     row groups are merged in file and row-group order, so the output
+//     does not depend on the number of workers. Memory is a few batches
+//     per worker plus the (group, task) sums: it grows with the number of
+//     pairs, not with rows.
+//   - The scores are those metrics.Accumulator computes from the same rows,
+//     bit for bit where each (group, task) pair lies in one row group (a
+//     test holds the two together); sums merged across row groups may
+//     differ from the per-row order by rounding only.
 //   - A file is validated as a rollouts table before it is read; a mismatch
 //     wraps schemas.ErrSchemaMismatch (or ErrNewerSchema) and names the file
 //     and the column.
