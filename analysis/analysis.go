@@ -132,7 +132,7 @@ type cell struct {
 type sums struct {
 	n, correct, failed        int64
 	turns, prompt, completion int64
-	reward                    kahan
+	reward                    metrics.Kahan
 }
 
 // merge adds o's rows to s. Partial sums merge in a fixed order (files,
@@ -149,32 +149,7 @@ func (s *sums) merge(o *sums) {
 	s.turns += o.turns
 	s.prompt += o.prompt
 	s.completion += o.completion
-	s.reward.add(o.reward.s)
-	s.reward.add(o.reward.c)
-}
-
-// kahan is a Neumaier-compensated sum, the same arithmetic as package
-// metrics uses for rewards: a single row group's sum is bit for bit what
-// metrics.Accumulator computes from its rows.
-type kahan struct{ s, c float64 }
-
-func (k *kahan) add(x float64) {
-	t := k.s + x
-	if abs(k.s) >= abs(x) {
-		k.c += (k.s - t) + x
-	} else {
-		k.c += (x - t) + k.s
-	}
-	k.s = t
-}
-
-func (k *kahan) sum() float64 { return k.s + k.c }
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
+	s.reward.Merge(o.reward)
 }
 
 // New returns an empty Analyzer.
@@ -350,7 +325,7 @@ func (a *Analyzer) Result() Result {
 			// n ≥ k ≥ 1 and 0 ≤ correct ≤ n by construction.
 			pass, _ := metrics.PassAtK(n, int(c.correct), k)
 			nf := float64(n)
-			meanAtK += c.reward.sum() / nf
+			meanAtK += c.reward.Sum() / nf
 			passAtK += pass
 			turns += float64(c.turns) / nf
 			completion += float64(c.completion) / nf

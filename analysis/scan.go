@@ -291,7 +291,7 @@ func (s *scanner) batch(p *readPlan, rec arrow.RecordBatch, order []int) error {
 		if failed[i] {
 			x.failed++
 		}
-		x.reward.add(reward[i])
+		x.reward.Add(reward[i])
 		// Turns are an int32 in the table, whatever width the file uses.
 		x.turns += int64(int32(turns[i]))
 		x.prompt += prompt[i]

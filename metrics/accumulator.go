@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 
@@ -23,7 +24,7 @@ type groupKey struct{ harness, model, task string }
 // dozen bytes per task.
 type group struct {
 	n, correct, failed int
-	reward             kahan
+	reward             Kahan
 	turns, tokens      int64
 }
 
@@ -53,7 +54,7 @@ func (a *Accumulator) Add(r schemas.Rollout) {
 	if r.Error != "" {
 		g.failed++
 	}
-	g.reward.add(r.Reward)
+	g.reward.Add(r.Reward)
 	g.turns += int64(r.Turns)
 	g.tokens += r.PromptTokens + r.CompletionTokens
 }
@@ -93,7 +94,7 @@ func (a *Accumulator) eval(k groupKey, g *group) schemas.Eval {
 		ModelID:    k.model,
 		TaskID:     k.task,
 		K:          int32(kk),
-		MeanReward: g.reward.sum() / n,
+		MeanReward: g.reward.Sum() / n,
 		PassAtK:    pass,
 		MeanTurns:  float64(g.turns) / n,
 		MeanTokens: float64(g.tokens) / n,
@@ -164,14 +165,17 @@ func (s *Summary) finish() Summary {
 	return r
 }
 
-// kahan is a Neumaier-compensated sum: the mean reward of a group then
+// Kahan is a Neumaier-compensated sum: the mean reward of a group then
 // changes by at most rounding, not by accumulated error, with the order
-// its rows arrive in.
-type kahan struct{ s, c float64 }
+// its rows arrive in. Its zero value is an empty sum. analysis sums row
+// groups with it and merges them (Merge), so that its numbers are bit for
+// bit an Accumulator's.
+type Kahan struct{ s, c float64 }
 
-func (k *kahan) add(x float64) {
+// Add adds x.
+func (k *Kahan) Add(x float64) {
 	t := k.s + x
-	if abs(k.s) >= abs(x) {
+	if math.Abs(k.s) >= math.Abs(x) {
 		k.c += (k.s - t) + x
 	} else {
 		k.c += (x - t) + k.s
@@ -179,11 +183,11 @@ func (k *kahan) add(x float64) {
 	k.s = t
 }
 
-func (k *kahan) sum() float64 { return k.s + k.c }
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
+// Merge adds what o summed.
+func (k *Kahan) Merge(o Kahan) {
+	k.Add(o.s)
+	k.Add(o.c)
 }
+
+// Sum is the compensated total.
+func (k *Kahan) Sum() float64 { return k.s + k.c }

@@ -265,16 +265,7 @@ func (e *Experiment) validateModel(c *checker) {
 			c.add("model.endpoints", "required: at least one OpenAI-compatible base URL for provider openai")
 		}
 	}
-	if len(m.Endpoints) > MaxEndpoints {
-		c.add("model.endpoints", "at most %d endpoints, got %d", MaxEndpoints, len(m.Endpoints))
-	}
-	for i, ep := range m.Endpoints {
-		c.endpoint(fmt.Sprintf("model.endpoints[%d]", i), ep)
-	}
-	c.apiKeyEnv("model.api_key_env", m.APIKeyEnv)
-	if math.IsNaN(m.Temperature) || math.IsInf(m.Temperature, 0) || m.Temperature < 0 {
-		c.add("model.temperature", "must be a number >= 0, got %v", m.Temperature)
-	}
+	c.client("model", m.Endpoints, m.APIKeyEnv, m.Temperature)
 	if m.TopK < -1 || m.TopK > MaxTopK {
 		c.add("model.top_k", "must be -1 (disabled), 0 (disabled) or a count up to %d, got %d", MaxTopK, m.TopK)
 	}
@@ -440,16 +431,7 @@ func (e *Experiment) validateLLMProposer(c *checker) {
 	if len(p.Endpoints) == 0 {
 		c.add("harness.llm.endpoints", "required: at least one OpenAI-compatible base URL for proposer llm")
 	}
-	if len(p.Endpoints) > MaxEndpoints {
-		c.add("harness.llm.endpoints", "at most %d endpoints, got %d", MaxEndpoints, len(p.Endpoints))
-	}
-	for i, ep := range p.Endpoints {
-		c.endpoint(fmt.Sprintf("harness.llm.endpoints[%d]", i), ep)
-	}
-	c.apiKeyEnv("harness.llm.api_key_env", p.APIKeyEnv)
-	if math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0) || p.Temperature < 0 {
-		c.add("harness.llm.temperature", "must be a number >= 0, got %v", p.Temperature)
-	}
+	c.client("harness.llm", p.Endpoints, p.APIKeyEnv, p.Temperature)
 	c.count("harness.llm.max_tokens", int64(p.MaxTokens), 1, MaxTokens)
 }
 
@@ -488,5 +470,20 @@ func (e *Experiment) validateTools(c *checker) {
 	}
 	if t.Sandbox != "" && t.Sandbox != SandboxLocal {
 		c.endpoint("tools.sandbox", t.Sandbox)
+	}
+}
+
+// client checks the settings every OpenAI-compatible model has, under
+// prefix (model, harness.llm): its endpoints, key variable, temperature.
+func (c *checker) client(prefix string, endpoints []string, apiKeyEnv string, temperature float64) {
+	if len(endpoints) > MaxEndpoints {
+		c.add(prefix+".endpoints", "at most %d endpoints, got %d", MaxEndpoints, len(endpoints))
+	}
+	for i, ep := range endpoints {
+		c.endpoint(fmt.Sprintf("%s.endpoints[%d]", prefix, i), ep)
+	}
+	c.apiKeyEnv(prefix+".api_key_env", apiKeyEnv)
+	if math.IsNaN(temperature) || math.IsInf(temperature, 0) || temperature < 0 {
+		c.add(prefix+".temperature", "must be a number >= 0, got %v", temperature)
 	}
 }
