@@ -43,7 +43,10 @@ type Runtime struct {
 	// directories: with provider local a private directory of this
 	// process, the only one its in-process server loads adapters from.
 	WorkDir string
-	closers []func() error
+	// CacheDir is RuntimeOptions.CacheDir (retrieval indexes), hidden
+	// from a coding agent; "" for the default, which propose hides too.
+	CacheDir string
+	closers  []func() error
 }
 
 // Close releases the tools NewRuntime opened.
@@ -85,7 +88,7 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 	if log == nil {
 		log = slog.Default()
 	}
-	rt := &Runtime{}
+	rt := &Runtime{CacheDir: o.CacheDir}
 	defer func() {
 		if err != nil {
 			rt.Close()

@@ -360,7 +360,10 @@ func (r *Runner) stageImpl(name string) (stages.Stage, error) {
 		return &finetune.Stage{Log: r.Log, Stdout: r.Out, ReloadEndpoints: endpoints, WorkDir: rt.WorkDir, APIKey: key,
 			CommandDir: r.CommandDir}, nil
 	case StagePropose:
-		return &propose.Stage{Domain: rt.Domain, LLM: rt.Proposer, Log: r.Log, Sources: propose.StoreSources(r.Store)}, nil
+		// The agent's sandbox hides a file:// root's directory and whale's
+		// caches and work folders.
+		return &propose.Stage{Domain: rt.Domain, LLM: rt.Proposer, Log: r.Log, Sources: propose.StoreSources(r.Store),
+			RootDir: propose.StoreDir(r.Store), Hide: []string{rt.CacheDir, rt.WorkDir}}, nil
 	case StageEvaluate:
 		return r.evaluateImpl(), nil
 	}

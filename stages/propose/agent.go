@@ -55,10 +55,25 @@ func (c Config) checkAgent() []error {
 // Config.AgentEnv names. What it writes comes back through harvest's
 // limits, and its output and its text pass through the scrubber of
 // whale's secret variables before they are stored.
+//
+// The agent runs under bubblewrap (agentSandbox) where this machine can:
+// it sees the machine read-only but not whale's home, caches and
+// temporary files, the directory of a file:// root (RootDir) nor the
+// folders of Hide, and writes only to its scratch folder. Without
+// bubblewrap a file:// root is refused (ErrNoAgentSandbox); any other
+// root runs the agent as whale's user, with a warning.
 func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, error) {
+	sb, err := s.useSandbox(ctx, in.log)
+	if err != nil {
+		return outcome{}, err
+	}
 	root, err := os.MkdirTemp(s.WorkDir, "whale-propose-")
 	if err != nil {
 		return outcome{}, fmt.Errorf("propose: agent workspace: %w", err)
+	}
+	// The sandbox binds it at its real path, the one the agent is told.
+	if real, err := filepath.EvalSymlinks(root); err == nil {
+		root = real
 	}
 	if s.KeepWorkspace {
 		in.log.Info("agent workspace kept", "dir", root)
@@ -108,11 +123,23 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 		timeout = DefaultAgentTimeout
 	}
 	output := &tail{max: agentLogBytes + sc.Longest()}
-	status, err := runAgent(ctx, in.cfg.AgentCommand, ws, env, output, timeout)
+	sandbox := "none"
+	if sb != nil {
+		if err := sb.enter(root); err != nil {
+			return outcome{}, err
+		}
+		sb.warnHiddenPath(env, in.log)
+		sandbox = "bwrap"
+	}
+	status, err := runAgent(ctx, in.cfg.AgentCommand, ws, env, output, timeout, sb, root)
+	if errors.Is(err, errSandboxSetup) {
+		b, _ := output.bytes()
+		return outcome{}, fmt.Errorf("propose: the agent's sandbox failed: bwrap ended without reporting the agent's exit: %s", sc.Text(lastOutputLine(b)))
+	}
 	if err != nil {
 		return outcome{}, err
 	}
-	in.log.Info("agent finished", "status", status)
+	in.log.Info("agent finished", "status", status, "sandbox", sandbox)
 	if err := uploadLog(ctx, x, output, sc); err != nil {
 		return outcome{}, err
 	}
@@ -125,15 +152,21 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 		out.rejected = append(out.rejected, Rejection{Name: "agent", Kind: RejectAgentQuiet,
 			Reason: fmt.Sprintf("agent wrote nothing (agent %s)", status)})
 	}
-	out.summary = map[string]any{"agent_status": status}
+	out.summary = map[string]any{"agent_status": status, "agent_sandbox": sandbox}
 	return out, nil
 }
 
+// errSandboxSetup is runAgent's error when bwrap ended without running
+// the agent: its own message is the last line of the output.
+var errSandboxSetup = errors.New("the agent's sandbox was not set up")
+
 // runAgent runs command in ws with the environment env, its output (both
 // streams) going to output, and says how it ended: "exited 0", "exited
-// 3", "timed out after 1h0m0s". Only a command that could not start at
-// all, or a cancelled stage, is an error.
-func runAgent(ctx context.Context, command, ws string, env []string, output io.Writer, timeout time.Duration) (string, error) {
+// 3", "timed out after 1h0m0s". With sb it runs under bubblewrap, in the
+// scratch folder scratch (sb.args). Only a command that could not start
+// at all (errSandboxSetup: bwrap could not set up), or a cancelled stage,
+// is an error.
+func runAgent(ctx context.Context, command, ws string, env []string, output io.Writer, timeout time.Duration, sb *agentSandbox, scratch string) (string, error) {
 	// The agent writes to a pipe whale reads into output: its output
 	// never lands whole on disk. The pipe is an *os.File, so that Wait
 	// does not wait on a grandchild that keeps it open.
@@ -142,21 +175,52 @@ func runAgent(ctx context.Context, command, ws string, env []string, output io.W
 		return "", fmt.Errorf("propose: agent output: %w", err)
 	}
 	defer pr.Close()
+	// Under bwrap, bwrap reports on a second pipe whether the agent ran.
+	var sr, sw *os.File
+	if sb != nil {
+		if sr, sw, err = os.Pipe(); err != nil {
+			pw.Close()
+			return "", fmt.Errorf("propose: agent sandbox status: %w", err)
+		}
+		defer sr.Close()
+	}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
 		_, _ = io.Copy(output, pr)
 	}()
+	var statusText bytes.Buffer
+	statusRead := make(chan struct{})
+	go func() {
+		defer close(statusRead)
+		if sr != nil {
+			_, _ = io.Copy(&statusText, io.LimitReader(sr, 1<<16))
+		}
+	}()
 
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(actx, "/bin/sh", "-c", command)
-	cmd.Dir = ws
+	var cmd *exec.Cmd
+	if sb == nil {
+		cmd = exec.CommandContext(actx, "/bin/sh", "-c", command)
+		cmd.Dir = ws
+		// The agent gets its own process group so that a timeout ends
+		// everything it started, not just the shell.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	} else {
+		// bwrap gets the process group: the timeout's signal ends it, and
+		// with it the sandbox's PID namespace (--die-with-parent), all
+		// the agent started, setsid or not. bwrap dies with whale
+		// (Pdeathsig). The environment reaches the agent through bwrap's,
+		// never its command line, which every user may read.
+		args := sb.args(scratch, ws, command)
+		cmd = exec.CommandContext(actx, args[0], args[1:]...)
+		cmd.Dir = "/"
+		cmd.ExtraFiles = []*os.File{sw} // fd 3: --json-status-fd 3
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: sb.cred}
+	}
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = pw, pw
-	// The agent gets its own process group so that a timeout ends
-	// everything it started, not just the shell.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var hardKill *time.Timer
 	cmd.Cancel = func() error {
 		killGroup(cmd.Process.Pid, syscall.SIGTERM)
@@ -167,8 +231,12 @@ func runAgent(ctx context.Context, command, ws string, env []string, output io.W
 	start := time.Now()
 	err = cmd.Start()
 	pw.Close() // the agent holds the write end now
+	if sw != nil {
+		sw.Close() // and bwrap this one
+	}
 	if err != nil {
 		<-copied
+		<-statusRead
 		return "", fmt.Errorf("propose: start agent command: %w", err)
 	}
 	err = cmd.Wait()
@@ -179,12 +247,18 @@ func runAgent(ctx context.Context, command, ws string, env []string, output io.W
 	// left the group and keeps the output open is cut off shortly after.
 	killGroup(cmd.Process.Pid, syscall.SIGKILL)
 	_ = pr.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if sr != nil {
+		_ = sr.SetReadDeadline(time.Now().Add(2 * time.Second))
+	}
 	<-copied
+	<-statusRead
 	switch {
 	case ctx.Err() != nil:
 		return "", fmt.Errorf("propose: agent: %w", ctx.Err())
 	case actx.Err() != nil:
 		return fmt.Sprintf("timed out after %s", timeout), nil
+	case sb != nil && !bytes.Contains(statusText.Bytes(), []byte(`"exit-code"`)):
+		return "", errSandboxSetup
 	case err == nil:
 		return fmt.Sprintf("exited 0 after %s", time.Since(start).Round(time.Millisecond)), nil
 	}

@@ -33,9 +33,10 @@ func TestStageAgentEnvironment(t *testing.T) {
 
 	s := openStore(t, "mem://")
 	tasks := commitTasks(t, s)
-	envFile := filepath.Join(t.TempDir(), "agent.env")
-	st := &Stage{Domain: &fakeDomain{}, WorkDir: t.TempDir(), AgentTimeout: time.Minute}
-	cfg := agentConfig(t, 3, "fake-agent-env.sh", envFile)
+	// The agent writes its environment into its HOME, which is kept: a
+	// sandboxed agent writes nowhere else.
+	st := &Stage{Domain: &fakeDomain{}, WorkDir: agentWorkDir(t), AgentTimeout: time.Minute, KeepWorkspace: true}
+	cfg := agentConfig(t, 3, "fake-agent-env.sh")
 	cfg.AgentEnv = []string{"PROPOSE_TEST_API_KEY", "PROPOSE_TEST_UNSET"}
 	m, cands, rej := runStage(t, s, st, cfg, 1, tasks)
 	log := readFile(t, s, m, "agent")
@@ -43,7 +44,13 @@ func TestStageAgentEnvironment(t *testing.T) {
 		t.Fatalf("agent %v, log:\n%s", m.Summary["agent_status"], log)
 	}
 
-	data, err := os.ReadFile(envFile)
+	kept, _ := os.ReadDir(st.WorkDir)
+	if len(kept) != 1 {
+		t.Fatalf("scratch folders kept: %v", kept)
+	}
+	scratch := filepath.Join(st.WorkDir, kept[0].Name())
+	t.Cleanup(func() { _ = removeScratch(scratch) })
+	data, err := os.ReadFile(filepath.Join(scratch, "home", "agent.env"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +74,14 @@ func TestStageAgentEnvironment(t *testing.T) {
 	if env["PROPOSE_TEST_API_KEY"] != apiKey || env["LANG"] != "C.UTF-8" || env["PATH"] == "" || env["WHALE_CANDIDATES"] != "3" {
 		t.Errorf("the agent's environment lacks what it was given:\n%s", data)
 	}
-	scratch := filepath.Dir(env["HOME"])
-	if filepath.Base(env["HOME"]) != "home" || filepath.Dir(scratch) != st.WorkDir ||
+	if env["HOME"] != filepath.Join(scratch, "home") ||
 		env["TMPDIR"] != filepath.Join(scratch, "tmp") || env["WHALE_WORKSPACE"] != filepath.Join(scratch, "workspace") {
-		t.Errorf("HOME %s, TMPDIR %s, workspace %s: want the run's scratch folder under %s", env["HOME"], env["TMPDIR"], env["WHALE_WORKSPACE"], st.WorkDir)
+		t.Errorf("HOME %s, TMPDIR %s, workspace %s: want the run's scratch folder %s", env["HOME"], env["TMPDIR"], env["WHALE_WORKSPACE"], scratch)
 	}
-	if left, _ := os.ReadDir(st.WorkDir); len(left) != 0 {
-		t.Errorf("scratch folder left behind: %v", left)
+	for _, f := range []string{"home/was-here", "tmp/was-here"} {
+		if _, err := os.Stat(filepath.Join(scratch, f)); err != nil {
+			t.Errorf("the agent could not write its HOME or TMPDIR: %v", err)
+		}
 	}
 
 	// What it printed and wrote is stored without the key or the password.

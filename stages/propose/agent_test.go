@@ -2,9 +2,11 @@ package propose
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,13 +17,16 @@ import (
 	"github.com/whalerun/whale/storage"
 )
 
+// agentConfig runs testdata/script as the agent, with args. The script's
+// text is in the command itself: the agent's sandbox hides the system's
+// temporary folders, where a checkout (CI's) may lie.
 func agentConfig(t *testing.T, m int, script string, args ...string) Config {
 	t.Helper()
-	abs, err := filepath.Abs(filepath.Join("testdata", script))
+	text, err := os.ReadFile(filepath.Join("testdata", script))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := "sh " + abs
+	cmd := "sh -c '" + strings.ReplaceAll(string(text), "'", `'\''`) + "' " + script
 	for _, a := range args {
 		cmd += " " + a
 	}
@@ -32,7 +37,7 @@ func TestStageAgent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		tasks := commitTasks(t, s)
 		eval := commit(t, s, "r001-h01", evaluateFixture(map[string]int{h0ID: 1}), "archive-0")
-		st := &Stage{Domain: &fakeDomain{}, WorkDir: t.TempDir(), AgentTimeout: time.Minute}
+		st := &Stage{Domain: &fakeDomain{}, WorkDir: agentWorkDir(t), AgentTimeout: time.Minute}
 		m, cands, rej := runStage(t, s, st, agentConfig(t, 3, "fake-agent-writes.sh"), 1, tasks, eval)
 		log := readFile(t, s, m, "agent")
 		if names(cands) != "more-turns" {
@@ -64,7 +69,7 @@ func TestStageAgent(t *testing.T) {
 func TestStageAgentWritesNothing(t *testing.T) {
 	s := openStore(t, "mem://")
 	tasks := commitTasks(t, s)
-	st := &Stage{Domain: &fakeDomain{}, WorkDir: t.TempDir()}
+	st := &Stage{Domain: &fakeDomain{}, WorkDir: agentWorkDir(t)}
 	m, cands, rej := runStage(t, s, st, agentConfig(t, 2, "fake-agent-silent.sh"), 1, tasks)
 	if len(cands) != 0 || len(rej) != 1 || rej[0].Kind != RejectAgentQuiet || !strings.Contains(rej[0].Reason, "agent wrote nothing") {
 		t.Fatalf("candidates %s, rejected %+v", names(cands), rej)
@@ -77,23 +82,40 @@ func TestStageAgentWritesNothing(t *testing.T) {
 func TestStageAgentTimeout(t *testing.T) {
 	s := openStore(t, "mem://")
 	tasks := commitTasks(t, s)
-	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	st := &Stage{Domain: &fakeDomain{}, WorkDir: t.TempDir(), AgentTimeout: 300 * time.Millisecond}
+	// The agent's background child carries the marker on its command
+	// line: under bwrap its pid is one of the sandbox's, so the test
+	// looks for it among the machine's processes while the agent runs.
+	marker := fmt.Sprintf("whale-test-child-%d-%d", os.Getpid(), time.Now().UnixNano())
+	found := make(chan int, 1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if pid := findProcess(marker); pid > 0 {
+				found <- pid
+				return
+			}
+		}
+	}()
+	st := &Stage{Domain: &fakeDomain{}, WorkDir: agentWorkDir(t), AgentTimeout: 2 * time.Second}
 	start := time.Now()
-	_, cands, rej := runStage(t, s, st, agentConfig(t, 2, "fake-agent-hangs.sh", pidFile), 1, tasks)
+	_, cands, rej := runStage(t, s, st, agentConfig(t, 2, "fake-agent-hangs.sh", marker), 1, tasks)
+	close(stop)
 	if took := time.Since(start); took > 20*time.Second {
-		t.Fatalf("the stage took %s with a 300ms agent timeout", took)
+		t.Fatalf("the stage took %s with a 2s agent timeout", took)
 	}
-	if len(cands) != 0 || len(rej) != 1 || !strings.Contains(rej[0].Reason, "timed out after 300ms") {
+	if len(cands) != 0 || len(rej) != 1 || !strings.Contains(rej[0].Reason, "timed out after 2s") {
 		t.Fatalf("candidates %s, rejected %+v", names(cands), rej)
 	}
-	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatal(err)
+	var pid int
+	select {
+	case pid = <-found:
+	default:
+		t.Fatal("the agent's background child was never seen running")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for alive(pid) {
@@ -102,6 +124,23 @@ func TestStageAgentTimeout(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// findProcess returns the pid of a process whose command line holds
+// marker as one argument, 0 if none.
+func findProcess(marker string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), marker) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // alive reports whether pid runs (a zombie waiting for its reaper does not).

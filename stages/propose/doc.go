@@ -34,7 +34,29 @@
 //     AgentBaseEnv (PATH, locale, TZ, TERM), the workspace's WHALE_*
 //     variables and the names of Config.AgentEnv, of which CheckAgentEnv
 //     refuses the bucket's credentials (AWS_*, AZURE_*,
-//     GOOGLE_APPLICATION_CREDENTIALS) and whale's own (WHALE_ROOT). Of what
+//     GOOGLE_APPLICATION_CREDENTIALS) and whale's own (WHALE_ROOT). Where
+//     bubblewrap works it runs in a sandbox (agentSandbox.args): its own
+//     user, PID and IPC namespaces with a fresh /proc (no whale process, no
+//     /proc/<pid>/environ), the machine read-only, the network shared (it
+//     calls its model's API; loopback included), its scratch folder the
+//     only place it writes; masked by empty tmpfs (or /dev/null for files):
+//     the directory of a file:// root (Stage.RootDir, StoreDir), the
+//     folders of Stage.Hide (whale's caches and work folders), whale's
+//     home ($HOME and passwd's: ~/.aws, ~/.config/gcloud, ~/.azure, ~/.ssh
+//     …), /root, whale's cache folder and config folder, its runtime folder
+//     (agent sockets), what the credential variables name
+//     (AWS_SHARED_CREDENTIALS_FILE, KUBECONFIG, …), /run/secrets; /tmp and
+//     whale's TMPDIR become a private writable tmpfs. The agent's programs
+//     must therefore live outside the home (/usr/local, /opt): PATH
+//     entries the sandbox hides are logged. When whale is root, bwrap
+//     runs as uid 65534 (nobody, no capabilities), the scratch folder is
+//     chowned to it, and WorkDir must be searchable by every user (the
+//     default, the system's temporary folder, is). Without bubblewrap (or
+//     user namespaces) a file:// root is refused (ErrNoAgentSandbox: the
+//     agent could read and rewrite the bucket, evaluation artifacts
+//     included); any other root runs the agent as whale's user, with a
+//     warning. The summary's agent_sandbox says which ("bwrap", "none").
+//     A sandbox bwrap fails to set up fails the stage. Of what
 //     it writes, only regular files are read, each opened once without
 //     following a link and checked as opened: at most 128 entries in new/
 //     (more: none read), harness.star up to harness.MaxSourceBytes,
@@ -62,9 +84,10 @@
 //     agent backend, and the summary: backend, parent, proposed (= valid +
 //     rejected: each rejected.json entry is one proposal or one unfilled slot),
 //     valid, rejected, rejected_by_reason (kind → count), dry_run_env_errors and
-//     backend details (mutate_edits, llm token counts, agent_status).
+//     backend details (mutate_edits, llm token counts, agent_status, agent_sandbox).
 //   - Zero valid candidates is still a committed result: the planner decides.
 //     The stage fails (commits nothing) only when it cannot work at all: a bad
 //     config, an unresolvable or invalid parent, an unreadable input, a model
-//     call that failed after its retries, an agent command that cannot start.
+//     call that failed after its retries, an agent command that cannot start
+//     (its sandbox included), an agent refused for want of a sandbox.
 package propose

@@ -144,6 +144,13 @@ type Stage struct {
 	// directory). The workspace is removed afterwards unless KeepWorkspace.
 	WorkDir       string
 	KeepWorkspace bool
+	// RootDir is the directory of a file:// root (StoreDir): the agent
+	// runs only under bubblewrap, which hides it, lest the agent read or
+	// rewrite the bucket (ErrNoAgentSandbox where there is none).
+	RootDir string
+	// Hide are more folders the agent's sandbox hides (whale's caches);
+	// its home, caches and temporary folders are always hidden.
+	Hide []string
 	// DryRunTimeout bounds each dry-run episode (default 1 minute).
 	DryRunTimeout time.Duration
 }

@@ -1,10 +1,11 @@
 #!/bin/sh
-# A FAKE agent for tests: it records its environment in $1 (outside the
-# workspace), prints the API key it was given and a URL with a password
-# (agent.log must show neither), and writes two candidates: one whose
-# hypothesis quotes the key and one whose source holds it.
+# A FAKE agent for tests: it records its environment in $HOME/agent.env
+# (the sandbox lets it write nowhere but its scratch folder), prints the
+# API key it was given and a URL with a password (agent.log must show
+# neither), and writes two candidates: one whose hypothesis quotes the
+# key and one whose source holds it.
 set -eu
-env > "$1"
+env > "$HOME/agent.env"
 echo "my key is $PROPOSE_TEST_API_KEY"
 echo "the bucket is https://user:hunter2hunter2@bucket.example/x"
 touch "$HOME/was-here" "$TMPDIR/was-here"
