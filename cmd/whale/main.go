@@ -29,6 +29,7 @@ import (
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/storage"
+	"golang.org/x/sys/unix"
 )
 
 // Exit codes, documented in `whale --help`.
@@ -101,6 +102,7 @@ func exitCode(err error) int {
 }
 
 func main() {
+	undumpable()
 	ctx, stop := signalContext(context.Background(), os.Stderr)
 	err := runApp(ctx, os.Stdout, os.Stderr, os.Args)
 	stop()
@@ -108,6 +110,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "whale:", err)
 	}
 	os.Exit(exitCode(err))
+}
+
+// undumpable keeps other processes of whale's user — the coding agent,
+// model-written code run without a sandbox — from reading whale's
+// environment (/proc/<pid>/environ: bucket credentials, API keys) or
+// attaching to it: a process that is not dumpable has its /proc files
+// owned by root and refuses ptrace. It lasts until exec, so whale's own
+// children are unaffected.
+func undumpable() {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		slog.Debug("prctl(PR_SET_DUMPABLE, 0)", "err", err)
+	}
 }
 
 // signalContext is signal.NotifyContext for SIGINT and SIGTERM, except

@@ -39,6 +39,7 @@ import (
 // in a process of its own (to kill it).
 func TestMain(m *testing.M) {
 	if os.Getenv("WHALE_TEST_AS_WHALE") == "1" {
+		undumpable()
 		args := os.Args[slices.Index(os.Args, "--")+1:]
 		err := runApp(context.Background(), os.Stdout, os.Stderr, append([]string{"whale"}, args...))
 		if err != nil {

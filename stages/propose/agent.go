@@ -105,7 +105,8 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 	if in.cfg.PromptOnly {
 		promptOnly = "1"
 	}
-	env, missing := agentEnv(os.LookupEnv, in.cfg.AgentEnv, home, tmp,
+	names := append(slices.Clone(in.cfg.AgentEnv), runtimeAgentEnv(in.log)...)
+	env, missing := agentEnv(os.LookupEnv, names, home, tmp,
 		"WHALE_WORKSPACE="+ws,
 		"WHALE_CANDIDATES="+strconv.Itoa(in.cfg.M),
 		"WHALE_PROMPT_ONLY="+promptOnly,
@@ -140,6 +141,12 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 		return outcome{}, err
 	}
 	in.log.Info("agent finished", "status", status, "sandbox", sandbox)
+	if strings.HasPrefix(status, "failed") && len(names) == 0 {
+		// The usual cause: an agent CLI without its API key, which no
+		// variable of whale's environment reaches unless named.
+		in.log.Warn("the agent failed and was given no variables: name its API key in harness.agent.env or "+AgentEnvEnv,
+			"status", status)
+	}
 	if err := uploadLog(ctx, x, output, sc); err != nil {
 		return outcome{}, err
 	}

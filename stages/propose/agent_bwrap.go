@@ -353,27 +353,40 @@ func chownScratch(root string, id int) error {
 	})
 }
 
-// noAgentSandbox is the refusal for a file:// root.
+// NoSandboxEnv, set to 1 in whale's environment, lets the agent run
+// without bubblewrap where there is none, for an object-store root: it
+// then runs as whale's user and can read whatever that user can (~/.aws,
+// caches), though not whale's own environment (cmd/whale makes whale's
+// process undumpable). A file:// root never allows it: the agent could
+// rewrite the bucket.
+const NoSandboxEnv = "WHALE_AGENT_NO_SANDBOX"
+
+// noAgentSandbox is the refusal of an agent without a sandbox.
 func noAgentSandbox(rootDir string, why error) error {
-	return fmt.Errorf("propose: %w: %v; the root is the local directory %s, which an agent outside a sandbox could read and rewrite "+
-		"(evaluation artifacts included): install bubblewrap (Debian: apt-get install bubblewrap; it needs user namespaces) "+
-		"or use an object-store root (s3://...), whose credentials the agent never gets", ErrNoAgentSandbox, why, rootDir)
+	if rootDir != "" {
+		return fmt.Errorf("propose: %w: %v; the root is the local directory %s, which an agent outside a sandbox could read and rewrite "+
+			"(evaluation artifacts included): install bubblewrap (Debian: apt-get install bubblewrap; it needs user namespaces)",
+			ErrNoAgentSandbox, why, rootDir)
+	}
+	return fmt.Errorf("propose: %w: %v; outside a sandbox the agent runs as whale's user and can read its files "+
+		"(~/.aws/credentials, caches): install bubblewrap (Debian: apt-get install bubblewrap; it needs user namespaces), "+
+		"or set %s=1 to run it so anyway", ErrNoAgentSandbox, why, NoSandboxEnv)
 }
 
 // useSandbox decides how this run starts the agent: under bubblewrap,
-// or, where there is none and the root is not a local directory, as
-// whale's user with a warning. scratch is the run's scratch folder.
+// or, where there is none, not at all unless the root is not a local
+// directory and NoSandboxEnv allows it (with a warning).
 func (s *Stage) useSandbox(ctx context.Context, log *slog.Logger) (*agentSandbox, error) {
 	sb, err := findSandbox(ctx)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("propose: agent: %w", ctx.Err())
 	}
 	if err != nil {
-		if s.RootDir != "" {
+		if s.RootDir != "" || os.Getenv(NoSandboxEnv) != "1" {
 			return nil, noAgentSandbox(s.RootDir, err)
 		}
-		log.Warn("the agent runs without a sandbox: it sees whale's home, caches and temporary files "+
-			"(its environment has no bucket credentials); install bubblewrap to hide them", "why", err.Error())
+		log.Warn("the agent runs without a sandbox ("+NoSandboxEnv+"=1): it can read whale's user's files (home, caches, temporary files); "+
+			"its environment has no bucket credentials", "why", err.Error())
 		return nil, nil
 	}
 	if err := sb.prepare(s.RootDir, append(hidePaths(os.Getenv, sb.cred != nil), s.Hide...)); err != nil {

@@ -194,7 +194,12 @@ func TestAgentFileRootWithoutSandbox(t *testing.T) {
 	if !errors.Is(err, ErrNoAgentSandbox) {
 		t.Fatalf("err %v, want ErrNoAgentSandbox", err)
 	}
-	for _, want := range []string{bucket, "bubblewrap (bwrap) is not on PATH", "apt-get install bubblewrap", "object-store root (s3://"} {
+	t.Setenv(NoSandboxEnv, "1") // never for a file:// root
+	_, err = stages.Execute(context.Background(), s, stages.Spec{Run: "exp", Position: "r001-h02", Config: cfg, Seed: 1, Inputs: []stages.InputRef{tasks}, Log: quiet}, st)
+	if !errors.Is(err, ErrNoAgentSandbox) {
+		t.Fatalf("with %s=1: err %v, want ErrNoAgentSandbox", NoSandboxEnv, err)
+	}
+	for _, want := range []string{bucket, "bubblewrap (bwrap) is not on PATH", "apt-get install bubblewrap"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal lacks %q: %v", want, err)
 		}
@@ -207,8 +212,8 @@ func TestAgentFileRootWithoutSandbox(t *testing.T) {
 	}
 }
 
-// Another root without bubblewrap: the agent runs as before, with a
-// warning.
+// Another root without bubblewrap: refused, unless NoSandboxEnv allows
+// it; then the agent runs, with a warning.
 func TestAgentObjectRootWithoutSandbox(t *testing.T) {
 	bin := t.TempDir()
 	for _, p := range []string{"sh", "cat"} {
@@ -225,6 +230,12 @@ func TestAgentObjectRootWithoutSandbox(t *testing.T) {
 	s := openStore(t, "mem://")
 	tasks := commitTasks(t, s)
 	st := &Stage{Domain: &fakeDomain{}, WorkDir: agentWorkDir(t), Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	_, err := stages.Execute(context.Background(), s, stages.Spec{Run: "exp", Position: "r001-h01", Config: agentConfig(t, 2, "fake-agent-silent.sh"),
+		Seed: 1, Inputs: []stages.InputRef{tasks}, Log: quiet}, st)
+	if !errors.Is(err, ErrNoAgentSandbox) || !strings.Contains(err.Error(), NoSandboxEnv+"=1") || !strings.Contains(err.Error(), "~/.aws") {
+		t.Fatalf("without %s: err %v, want a refusal saying what the agent could read and how to allow it", NoSandboxEnv, err)
+	}
+	t.Setenv(NoSandboxEnv, "1")
 	m, cands, rej := runStage(t, s, st, agentConfig(t, 2, "fake-agent-silent.sh"), 1, tasks)
 	if m.Summary["agent_sandbox"] != "none" || !strings.HasPrefix(m.Summary["agent_status"].(string), "exited 0") {
 		t.Fatalf("summary %v", m.Summary)
@@ -232,7 +243,7 @@ func TestAgentObjectRootWithoutSandbox(t *testing.T) {
 	if len(cands) != 0 || kinds(rej) != RejectAgentQuiet {
 		t.Fatalf("candidates %s, rejected %+v", names(cands), rej)
 	}
-	if !strings.Contains(logs.String(), "the agent runs without a sandbox: it sees whale's home, caches and temporary files") ||
+	if !strings.Contains(logs.String(), "the agent runs without a sandbox (") ||
 		!strings.Contains(logs.String(), "not on PATH") {
 		t.Errorf("no warning:\n%s", logs.String())
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -120,4 +121,28 @@ func removeScratch(dir string) error {
 		return nil
 	})
 	return os.RemoveAll(dir)
+}
+
+// AgentEnvEnv names, in whale's environment, more variables to pass to the
+// agent (comma-separated), for this process only: not frozen into the
+// run, so a run initialized before harness.agent.env existed, or one whose
+// agent needs another variable on this machine, can pass its key.
+const AgentEnvEnv = "WHALE_AGENT_ENV"
+
+// runtimeAgentEnv is AgentEnvEnv's list; names CheckAgentEnv refuses are
+// dropped with a warning.
+func runtimeAgentEnv(log *slog.Logger) []string {
+	var out []string
+	for name := range strings.SplitSeq(os.Getenv(AgentEnvEnv), ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if err := CheckAgentEnv(name); err != nil {
+			log.Warn(AgentEnvEnv+" names a variable the agent may not get; left out", "err", err.Error())
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
 }

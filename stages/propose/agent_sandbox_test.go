@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -386,5 +387,19 @@ func TestRemoveScratch(t *testing.T) {
 	}
 	if _, err := os.Stat("/etc/passwd"); err != nil {
 		t.Fatalf("/etc: %v", err)
+	}
+}
+
+// WHALE_AGENT_ENV adds names for this process; refused ones are left out
+// with a warning.
+func TestRuntimeAgentEnv(t *testing.T) {
+	t.Setenv(AgentEnvEnv, " ANTHROPIC_API_KEY, AWS_SECRET_ACCESS_KEY,,CLAUDE_CONFIG_DIR ")
+	var logs bytes.Buffer
+	got := runtimeAgentEnv(slog.New(slog.NewTextHandler(&logs, nil)))
+	if !slices.Equal(got, []string{"ANTHROPIC_API_KEY", "CLAUDE_CONFIG_DIR"}) {
+		t.Fatalf("names %q", got)
+	}
+	if !strings.Contains(logs.String(), "AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("no warning for the refused name:\n%s", logs.String())
 	}
 }

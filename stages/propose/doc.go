@@ -54,8 +54,13 @@
 //     default, the system's temporary folder, is). Without bubblewrap (or
 //     user namespaces) a file:// root is refused (ErrNoAgentSandbox: the
 //     agent could read and rewrite the bucket, evaluation artifacts
-//     included); any other root runs the agent as whale's user, with a
-//     warning. The summary's agent_sandbox says which ("bwrap", "none").
+//     included); so is any other root unless WHALE_AGENT_NO_SANDBOX=1
+//     (NoSandboxEnv), which runs the agent as whale's user with a warning:
+//     it can then read that user's files, but not whale's environment
+//     (cmd/whale makes whale undumpable). WHALE_AGENT_ENV (AgentEnvEnv)
+//     names more variables for this process only, for runs frozen without
+//     harness.agent.env. The summary's agent_sandbox says which ("bwrap",
+//     "none").
 //     A sandbox bwrap fails to set up fails the stage. Of what
 //     it writes, only regular files are read, each opened once without
 //     following a link and checked as opened: at most 128 entries in new/
