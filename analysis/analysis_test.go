@@ -650,3 +650,29 @@ func TestAddRun(t *testing.T) {
 		t.Errorf("notes %q", r.Notes)
 	}
 }
+
+// A NaN or infinite mean (a verifier that returned NaN) is null in JSON,
+// not a failure of the whole output.
+func TestJSONNonFinite(t *testing.T) {
+	r := Result{By: []string{"position"}, K: 1, Groups: []Group{{Key: []string{"r001-w01"}, Episodes: 2, Tasks: 1,
+		MeanAtK: math.NaN(), Accuracy: math.Inf(1)}}}
+	var b strings.Builder
+	if err := r.Write(&b, FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Groups []map[string]any `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(b.String()), &v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, b.String())
+	}
+	g := v.Groups[0]
+	for _, k := range []string{"mean_at_k", "accuracy"} {
+		if x, ok := g[k]; !ok || x != nil {
+			t.Errorf("%s = %v (present %v), want null", k, x, ok)
+		}
+	}
+	if g["episodes"] != 2.0 {
+		t.Errorf("group %v", g)
+	}
+}

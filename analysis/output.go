@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,12 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		k, _ := json.Marshal(name)
 		b.Write(k)
 		b.WriteByte(':')
+		if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			// JSON has no NaN: a reward column with one (a verifier's
+			// bug) shows as null rather than failing the whole output.
+			b.WriteString("null")
+			return nil
+		}
 		data, err := json.Marshal(v)
 		b.Write(data)
 		return err

@@ -45,6 +45,23 @@ func TestDevZero(t *testing.T) {
 	}
 }
 
+// /dev/urandom is not text: the import stops at its first byte that is
+// not UTF-8 instead of copying the device up to the input bound.
+func TestDevURandom(t *testing.T) {
+	if _, err := os.Stat("/dev/urandom"); err != nil {
+		t.Skip("no /dev/urandom")
+	}
+	for _, f := range []Format{FormatJSONL, FormatLichess} {
+		t.Run(f.String(), func(t *testing.T) {
+			var err error
+			within(t, 5*time.Second, "import of /dev/urandom", func() {
+				err = ImportFile(context.Background(), "/dev/urandom", f, Options{Domain: "math"}, func(schemas.Task) error { return nil })
+			})
+			wantErr(t, err, "not UTF-8 text")
+		})
+	}
+}
+
 // A 10 MB line is refused, naming its line; so is a 10 MB CSV record.
 func TestLongLineRefused(t *testing.T) {
 	dir := t.TempDir()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"unicode/utf8"
 
 	"github.com/whalerun/whale/schemas"
 )
@@ -225,6 +226,13 @@ type lineCheck struct {
 	line   int   // 1-based number of the current line
 	cur    int   // bytes of the current line so far
 	err    error // the refusal, once made
+	// off counts the bytes checked as UTF-8; carry holds the start of a
+	// rune a write cut (at most 3 bytes). Text that is not UTF-8 (a
+	// device of random bytes) is refused at its first bad byte instead of
+	// being copied up to the input bound.
+	off   int64
+	carry []byte
+	early []byte // the first bytes, while the sniff is short
 }
 
 // Magic numbers of the binary formats an import reads.
@@ -249,6 +257,18 @@ func (c *lineCheck) Write(p []byte) (int, error) {
 	if c.binary {
 		return len(p), nil
 	}
+	// Until the sniff has its 4 bytes the stream may still prove binary.
+	check := p
+	switch {
+	case len(c.sniff) < 4:
+		c.early, check = append(c.early, p...), nil
+	case c.early != nil:
+		check, c.early = append(c.early, p...), nil
+	}
+	if err := c.checkUTF8(check); err != nil {
+		c.err = err
+		return 0, err
+	}
 	for rest := p; len(rest) > 0; {
 		i := bytes.IndexByte(rest, '\n')
 		if i < 0 {
@@ -268,6 +288,40 @@ func (c *lineCheck) Write(p []byte) (int, error) {
 		return 0, c.err
 	}
 	return len(p), nil
+}
+
+// checkUTF8 checks p, after what earlier writes left unfinished, as
+// UTF-8, counting lines of its own so that the error names the line.
+func (c *lineCheck) checkUTF8(p []byte) error {
+	b := p
+	if len(c.carry) > 0 {
+		b = append(c.carry, p...)
+		c.off -= int64(len(c.carry))
+		c.carry = nil
+	}
+	line := c.line
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			if b[i] == '\n' {
+				line++
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			if !utf8.FullRune(b[i:]) {
+				// A rune the next write may finish.
+				c.carry = append([]byte(nil), b[i:]...)
+				c.off += int64(i)
+				return nil
+			}
+			return lineErr(c.name, line, "not UTF-8 text: byte %d of the file is 0x%02x (is the file what it should be?)", c.off+int64(i), b[i])
+		}
+		i += n
+	}
+	c.off += int64(len(b))
+	return nil
 }
 
 const (

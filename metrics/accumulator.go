@@ -168,8 +168,9 @@ func (s *Summary) finish() Summary {
 // Kahan is a Neumaier-compensated sum: the mean reward of a group then
 // changes by at most rounding, not by accumulated error, with the order
 // its rows arrive in. Its zero value is an empty sum. analysis sums row
-// groups with it and merges them (Merge), so that its numbers are bit for
-// bit an Accumulator's.
+// groups with it and merges them (Merge): bit for bit an Accumulator's
+// numbers where a group's rows lie in one row group, within rounding
+// otherwise.
 type Kahan struct{ s, c float64 }
 
 // Add adds x.

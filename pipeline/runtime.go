@@ -142,7 +142,10 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 			return nil, fmt.Errorf("model: %w", err)
 		}
 	case spec.ProviderLocal:
-		if err := rt.startLocal(ctx, s, exp.Model, o.Inputs, log, runResolver(s, o.Run)); err != nil {
+		// Every episode in flight may have a call at the server: it must
+		// not answer the rollout stage's own concurrency with 429s.
+		inFlight := max(256, exp.Rollout.Concurrency+8)
+		if err := rt.startLocal(ctx, s, exp.Model, inFlight, o.Inputs, log, runResolver(s, o.Run)); err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}
 	default:
@@ -166,7 +169,7 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 // is the path of a models/local checkpoint file (or a directory holding
 // one), served as model.name on a loopback port; the client and the
 // finetune stage's reload talk to it over HTTP as they would to vLLM.
-func (rt *Runtime) startLocal(ctx context.Context, s *storage.Store, m spec.Model, inputs []spec.Input, log *slog.Logger, resolve func(context.Context, string) (*local.Model, string, error)) error {
+func (rt *Runtime) startLocal(ctx context.Context, s *storage.Store, m spec.Model, inFlight int, inputs []spec.Input, log *slog.Logger, resolve func(context.Context, string) (*local.Model, string, error)) error {
 	base, err := loadLocalBase(ctx, s, m.Checkpoint, inputs, log)
 	if err != nil {
 		return fmt.Errorf("provider local, checkpoint %s: %w", m.Checkpoint, err)
@@ -182,7 +185,7 @@ func (rt *Runtime) startLocal(ctx context.Context, s *storage.Store, m spec.Mode
 	rt.WorkDir = work
 	rt.closers = append(rt.closers, func() error { return os.RemoveAll(work) })
 	srv, err := localserve.New(base, localserve.Options{Name: m.Name, Root: m.Checkpoint, Log: log, Resolve: resolve,
-		AdapterDir: work})
+		AdapterDir: work, MaxInFlight: inFlight})
 	if err != nil {
 		return err
 	}

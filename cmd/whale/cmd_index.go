@@ -105,7 +105,8 @@ func runIndexBuild(ctx context.Context, o indexBuildOptions, out io.Writer) erro
 	if err := searchqa.Indexes.Check(o.Name); err != nil {
 		return usageError{fmt.Errorf("--name: %w", err)}
 	}
-	store, err := openRoot(ctx, o.Root)
+	// Like data import, building an index may be a root's first write.
+	store, err := createRoot(ctx, o.Root)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +90,10 @@ func TestIndexBuildAndServe(t *testing.T) {
 	})
 	res := whale(t, "index", "serve", "--name", "missing", "--root", fileRoot(t).url)
 	res.mustCode(t, exitUsage, `no index "missing"`)
+}
+
+// Building an index may be a root's first write, as a data import is.
+func TestIndexBuildCreatesRoot(t *testing.T) {
+	root := "file://" + filepath.Join(t.TempDir(), "new-root")
+	whale(t, "index", "build", searchCorpus, "--name", "wiki-test", "--root", root).mustCode(t, exitOK, "indexes/wiki-test")
 }

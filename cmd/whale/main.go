@@ -26,6 +26,7 @@ import (
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/internal/buildinfo"
+	"github.com/whalerun/whale/internal/children"
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/storage"
@@ -151,6 +152,7 @@ func signalContext(parent context.Context, stderr io.Writer) (ctx context.Contex
 			return
 		}
 		fmt.Fprintf(stderr, "whale: %v again: exiting\n", sig)
+		children.KillAll() // a trainer must not outlive whale on its GPUs
 		code := 128 + 15
 		if s, ok := sig.(syscall.Signal); ok {
 			code = 128 + int(s)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/whalerun/whale/internal/children"
 )
 
 // tailLines is how many of the last output lines an error shows.
@@ -107,6 +109,8 @@ func (st *Stage) runCommand(ctx context.Context, log *slog.Logger, what string, 
 		return fmt.Errorf("finetune: start %s %q: %w", what, argv, err)
 	}
 	pgid := cmd.Process.Pid
+	// Killed with whale should whale exit at once (a second signal).
+	defer children.Add(pgid)()
 	// Escalate to SIGKILL of the whole group when SIGTERM was not enough.
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
