@@ -104,7 +104,9 @@ func NewRuntime(ctx context.Context, s *storage.Store, exp *spec.Experiment, o R
 			rt.closers = append(rt.closers, idx.Close)
 			res.Retriever = idx
 		} else {
-			c, err := searchqa.NewClient(r, searchqa.ClientOptions{Logger: log})
+			// The token, when the server wants one, comes from the
+			// variable tools.retriever_api_key_env names.
+			c, err := searchqa.NewClient(r, searchqa.ClientOptions{Logger: log, APIKeyEnv: exp.Tools.RetrieverAPIKeyEnv})
 			if err != nil {
 				return nil, fmt.Errorf("tools.retriever: %w", err)
 			}

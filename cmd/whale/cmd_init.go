@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -31,11 +31,17 @@ error naming the line and the field), fills every default from the paper's
 settings, validates the result and writes it, with its sha256 digest and
 whale's version, to runs/<name>/run.json. That file is never rewritten:
 init again with the same spec does nothing; with a different spec it fails
-and names the fields that differ (exit code 3).
+and names the fields that differ (exit code 3). An existing run is
+compared before the file is validated: a run frozen by an older whale
+whose spec today's checks refuse (a new bound, the secret scan) inits
+again from its own file, which prints those problems as warnings, while
+a new run with that spec is refused (exit code 2).
 
 Relative paths in the file (model.checkpoint) are read from the file's
 directory and frozen as absolute paths, so runs do not depend on the
-directory they start in. A checkpoint file of up to 64 MiB (the built-in
+directory they start in (a run frozen by an older whale keeps the
+relative path as written, compared from the file's directory or the one
+init runs in). A checkpoint file of up to 64 MiB (the built-in
 model's) is copied into the bucket under inputs/<sha256>/ with its digest;
 a larger file or a directory (a Hugging Face checkpoint) stays where it is,
 pinned by a digest of its file names, sizes and *.json contents. init
@@ -63,80 +69,127 @@ func createRoot(ctx context.Context, root string) (*storage.Store, error) {
 }
 
 func runInit(ctx context.Context, o initOptions, out io.Writer) error {
-	exp, err := spec.Load(o.Experiment)
+	d, err := spec.Read(o.Experiment)
 	if err != nil {
 		return usageError{err}
 	}
 	if o.Name != "" {
-		exp.Name = o.Name
+		d.Exp.Name = o.Name
 	}
-	return initExperiment(ctx, o.Root, exp, o.Experiment, out)
+	return initDraft(ctx, o.Root, d, o.Experiment, out)
 }
 
-// initExperiment freezes exp (read from source) into a run in root, or
-// checks that the run there has the same spec and inputs. The inputs (see
-// spec.Input) are read once: a small checkpoint file is copied into the
-// bucket before run.json, the commit point, is written.
+// initExperiment freezes exp, built in Go (whale demo) as if read from
+// source, into a run in root, or checks that the run there has the same
+// spec and inputs.
 func initExperiment(ctx context.Context, root string, exp *spec.Experiment, source string, out io.Writer) error {
-	run, err := spec.Freeze(exp, buildinfo.Version(), time.Now())
-	if err != nil {
-		return usageError{fmt.Errorf("%s: %w", source, err)}
+	return initDraft(ctx, root, spec.DraftOf(exp, source), source, out)
+}
+
+// initDraft freezes the experiment of d (read from source) into a run in
+// root, or checks that the run there has the same spec and inputs.
+//
+// A new run must pass every check. An existing run is compared first
+// (spec.Draft.Reinit): a run frozen by an older whale whose spec today's
+// checks refuse is the same run still, and init says so, with those
+// problems as warnings. The inputs (see spec.Input) are read once: a small
+// checkpoint file is copied into the bucket before run.json, the commit
+// point, is written.
+func initDraft(ctx context.Context, root string, d *spec.Draft, source string, out io.Writer) error {
+	problems := d.Problems()
+	name := d.Exp.Name
+	if slices.ContainsFunc(problems, func(e *spec.Error) bool { return e.Path == "name" }) {
+		return usageError{problems} // no run to look up
 	}
-	inputs, data, err := spec.ReadInputs(&run.Spec)
-	if err != nil {
-		return usageError{fmt.Errorf("%s: %w", source, err)}
+	var store *storage.Store
+	var err error
+	if len(problems) == 0 {
+		store, err = createRoot(ctx, root)
+	} else {
+		// Only an existing run may be inited from a spec with problems:
+		// a root that does not exist holds none, and is not created.
+		store, err = openRoot(ctx, root)
+		if err != nil {
+			return usageError{problems}
+		}
 	}
-	run.Inputs = inputs
-	if wd, err := os.Getwd(); err == nil {
-		run.Dir = wd
-	}
-	dir := ""
-	if abs, err := filepath.Abs(source); err == nil {
-		dir = filepath.Dir(abs)
-	}
-	store, err := createRoot(ctx, root)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	key := runKey(run.Spec.Name)
+	cwd, _ := os.Getwd()
+	key := runKey(name)
 	exists, err := store.Exists(ctx, key)
-	if err != nil {
+	switch {
+	case err != nil && len(problems) > 0:
+		return usageError{problems}
+	case err != nil:
 		return err
-	}
-	if !exists {
-		created, err := createRun(ctx, store, run, data)
-		if err != nil {
+	case !exists && len(problems) > 0:
+		return usageError{problems}
+	case !exists:
+		created, err := initRun(ctx, store, d.Exp, cwd, source, out)
+		if created || err != nil {
 			return err
 		}
-		if created {
-			fmt.Fprintf(out, "initialized run %s at %s/%s (spec %s)\n", run.Spec.Name, store.URL(), key, run.SpecDigest)
-			printInputs(out, inputs)
-			return nil
-		}
+		// Another init created the run first: compare with it.
 	}
-	prev, err := readRun(ctx, store, run.Spec.Name)
+	prev, err := readRun(ctx, store, name)
 	if err != nil {
 		return err
 	}
-	if err := spec.CheckSameAt(prev, exp, dir); err != nil {
+	exp, warnings, err := d.Reinit(prev, cwd)
+	if err != nil {
 		return err
+	}
+	inputs, _, err := spec.ReadInputs(exp)
+	if err != nil {
+		return usageError{fmt.Errorf("%s: %w", source, err)}
 	}
 	if err := prev.CheckInputsSame(inputs); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "run %s already initialized with this spec (%s); nothing to do\n", run.Spec.Name, prev.SpecDigest)
-	for _, f := range spec.LegacyPaths(prev, &run.Spec, dir) {
+	fmt.Fprintf(out, "run %s already initialized with this spec (%s); nothing to do\n", name, prev.SpecDigest)
+	for _, w := range warnings {
+		fmt.Fprintf(out, "warning: %s\n", w)
+	}
+	if len(warnings) > 0 {
+		fmt.Fprintf(out, "note: run %s was frozen by whale %s, whose checks its spec passed; it is kept and runs as it is, but today's whale refuses a new run with this spec\n",
+			name, prev.WhaleVersion)
+	}
+	for _, l := range spec.LegacyPaths(prev, exp, d.Dir, cwd) {
 		fmt.Fprintf(out, "note: run %s (initialized by an older whale) keeps %s as the relative path %q, which each whale run reads from its working directory: start its runs from %s, or init a new run to pin the path\n",
-			run.Spec.Name, f, spec.PathValue(&prev.Spec, f), dir)
+			name, l.Field, spec.PathValue(&prev.Spec, l.Field), l.Dir)
 	}
 	for _, in := range prev.Unchecked(inputs) {
 		fmt.Fprintf(out, "note: %s %s is not on this machine: not compared with what init froze (%s)\n", in.Field, in.Path, in.Digest)
 	}
 	if len(prev.Inputs) == 0 && len(inputs) > 0 {
-		fmt.Fprintf(out, "note: run %s records no digest of its inputs (initialized by an older whale); they are not checked when it runs\n", run.Spec.Name)
+		fmt.Fprintf(out, "note: run %s records no digest of its inputs (initialized by an older whale); they are not checked when it runs\n", name)
 	}
 	return nil
+}
+
+// initRun freezes exp into a new run in store, init running in cwd;
+// false when another init created the run first.
+func initRun(ctx context.Context, store *storage.Store, exp *spec.Experiment, cwd, source string, out io.Writer) (bool, error) {
+	run, err := spec.Freeze(exp, buildinfo.Version(), time.Now())
+	if err != nil {
+		return false, usageError{fmt.Errorf("%s: %w", source, err)}
+	}
+	inputs, data, err := spec.ReadInputs(&run.Spec)
+	if err != nil {
+		return false, usageError{fmt.Errorf("%s: %w", source, err)}
+	}
+	run.Inputs = inputs
+	run.Dir = cwd
+	created, err := createRun(ctx, store, run, data)
+	if !created || err != nil {
+		return false, err
+	}
+	fmt.Fprintf(out, "initialized run %s at %s/%s (spec %s)\n", run.Spec.Name, store.URL(), runKey(run.Spec.Name), run.SpecDigest)
+	printInputs(out, inputs)
+	return true, nil
 }
 
 // createRun writes the copies of the run's copied inputs, then run.json

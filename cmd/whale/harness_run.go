@@ -39,9 +39,12 @@ type harnessRunOptions struct {
 	Seed        int64
 
 	Retriever string // searchqa: a Search-R1 retrieval server
-	Index     string // searchqa: an index in the bucket
-	CacheDir  string // where --index is unpacked
-	Sandbox   string // math: a SandboxFusion server; "" runs python3 here
+	// RetrieverAPIKeyEnv names the variable holding the token of a
+	// Retriever that wants one (whale index serve's WHALE_SERVE_TOKEN).
+	RetrieverAPIKeyEnv string
+	Index              string // searchqa: an index in the bucket
+	CacheDir           string // where --index is unpacked
+	Sandbox            string // math: a SandboxFusion server; "" runs python3 here
 
 	JSON bool
 }
@@ -64,6 +67,10 @@ verl Parquet. Without --task the first task of the domain is played.
 Tools: searchqa searches through --retriever (a Search-R1 retrieval server)
 or --index (an index built with whale index build, downloaded from the
 bucket); without either, each search fails with "no retriever configured".
+A retrieval server that wants a token (whale index serve with
+WHALE_SERVE_TOKEN set) gets the one in the variable
+--retriever-api-key-env names, as "Authorization: Bearer TOKEN";
+--api-key-env is the model's key, never sent to the retriever.
 math runs code on --sandbox (a SandboxFusion server) or, by default, with
 python3 on this machine (isolated: no network, no environment).
 
@@ -82,6 +89,7 @@ error (the model unreachable, a hook failing) is printed, then exit code 1
 			&cli.Int64Flag{Name: "max-tokens", Usage: "completion tokens per call; default: the harness's MAX_TOKENS"},
 			&cli.Int64Flag{Name: "seed", Usage: "episode seed (each call sends it plus the turn number)"},
 			&cli.StringFlag{Name: "retriever", Usage: "searchqa: Search-R1 retrieval server `URL` (POST /retrieve)"},
+			&cli.StringFlag{Name: "retriever-api-key-env", Usage: "searchqa: environment `VARIABLE` that holds the --retriever server's token (whale index serve's WHALE_SERVE_TOKEN)"},
 			&cli.StringFlag{Name: "index", Usage: "searchqa: `NAME` of an index in the bucket (indexes/NAME, see whale index build)"},
 			&cli.StringFlag{Name: "cache", Usage: "local cache `DIR` for --index (default: the user cache dir)"},
 			&cli.StringFlag{Name: "sandbox", Usage: "math: SandboxFusion `URL` for code runs; default: python3 on this machine"},
@@ -95,7 +103,7 @@ error (the model unreachable, a hook failing) is printed, then exit code 1
 				File: args[0], Domain: c.String("domain"), TaskID: c.String("task"), Tasks: c.String("tasks"), Root: c.String("root"),
 				Endpoints: c.StringSlice("endpoint"), Model: c.String("model"), APIKeyEnv: c.String("api-key-env"),
 				MaxTokens: c.Int64("max-tokens"), Seed: c.Int64("seed"),
-				Retriever: c.String("retriever"), Index: c.String("index"), CacheDir: c.String("cache"), Sandbox: c.String("sandbox"),
+				Retriever: c.String("retriever"), RetrieverAPIKeyEnv: c.String("retriever-api-key-env"), Index: c.String("index"), CacheDir: c.String("cache"), Sandbox: c.String("sandbox"),
 				JSON: c.Bool("json"),
 			}
 			if c.IsSet("temperature") {
@@ -185,6 +193,8 @@ func (o harnessRunOptions) check() error {
 		return usagef("harness run needs --model: the model name the server serves")
 	case o.Retriever != "" && o.Index != "":
 		return usagef("--retriever and --index both name a retriever: pass one")
+	case o.RetrieverAPIKeyEnv != "" && o.Retriever == "":
+		return usagef("--retriever-api-key-env names the token of a --retriever server; pass --retriever URL")
 	case (o.Retriever != "" || o.Index != "") && o.Domain != "searchqa":
 		return usagef("--retriever and --index are for the searchqa domain, not %s", o.Domain)
 	case o.Sandbox != "" && o.Domain != "math":
@@ -353,7 +363,10 @@ func (o harnessRunOptions) resources(ctx context.Context, h *harness.Harness) (r
 	case dom.Needs(registry.ToolRetriever):
 		switch {
 		case o.Retriever != "":
-			c, err := searchqa.NewClient(o.Retriever, searchqa.ClientOptions{})
+			if o.RetrieverAPIKeyEnv != "" && os.Getenv(o.RetrieverAPIKeyEnv) == "" {
+				return res, noop, usagef("--retriever-api-key-env %s: the variable is not set", o.RetrieverAPIKeyEnv)
+			}
+			c, err := searchqa.NewClient(o.Retriever, searchqa.ClientOptions{APIKeyEnv: o.RetrieverAPIKeyEnv})
 			if err != nil {
 				return res, noop, usageError{fmt.Errorf("--retriever: %w", err)}
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
@@ -126,6 +127,50 @@ func TestHarnessRunSearchQA(t *testing.T) {
 	srv = fakeModel(t, replies...)
 	whale(t, "harness", "run", "h0", "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--endpoint", srv.URL, "--model", "m").
 		mustCode(t, exitOK, "tool error: no retriever configured", "reward   1")
+}
+
+// A retrieval server that wants a token (whale index serve with
+// WHALE_SERVE_TOKEN) answers the searches of --retriever-api-key-env's
+// token, refuses those without it (the episode goes on, the search
+// failed), and an unset variable is bad input; the model's key is never
+// sent to it.
+func TestHarnessRunRetrieverToken(t *testing.T) {
+	const token = "idx-7f3a9c2e51"
+	fake := &fakeRetriever{passages: []searchqa.Passage{{ID: "9", Title: "Fake", Contents: "\"Fake\"\nMary Shelley wrote it.", Score: 1}}}
+	h := searchqa.NewServerWithOptions(fake, searchqa.ServerOptions{Token: token})
+	var auths []string // what came in Authorization
+	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auths = append(auths, r.Header.Get("Authorization"))
+		h.ServeHTTP(w, r)
+	}))
+	defer rs.Close()
+	replies := []string{"<search>Frankenstein novel author</search>", "<answer>Mary Shelley</answer>"}
+	args := []string{"harness", "run", "h0", "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--retriever", rs.URL, "--model", "m"}
+
+	t.Setenv("WHALE_TEST_SERVE_TOKEN", token)
+	t.Setenv("WHALE_TEST_MODEL_KEY", "sk-model-key-0123456789")
+	srv := fakeModel(t, replies...)
+	whale(t, append(args, "--endpoint", srv.URL, "--retriever-api-key-env", "WHALE_TEST_SERVE_TOKEN", "--api-key-env", "WHALE_TEST_MODEL_KEY")...).
+		mustCode(t, exitOK, "<information>Doc 1(Title: Fake) Mary Shelley wrote it.</information>", "reward   1")
+	if len(fake.queries) != 1 {
+		t.Fatalf("retriever got %q", fake.queries)
+	}
+
+	srv = fakeModel(t, replies...)
+	r := whale(t, append(args, "--endpoint", srv.URL, "--api-key-env", "WHALE_TEST_MODEL_KEY")...)
+	r.mustCode(t, exitOK, "search failed", "401")
+	if len(fake.queries) != 1 || strings.Contains(r.stdout, token) {
+		t.Errorf("without the token: the retriever got %q; output:\n%s", fake.queries, r.stdout)
+	}
+	if len(auths) != 2 || auths[0] != "Bearer "+token || auths[1] != "" {
+		t.Errorf("the retriever got Authorization %q", auths)
+	}
+
+	t.Setenv("WHALE_TEST_SERVE_TOKEN", "")
+	whale(t, append(args, "--endpoint", srv.URL, "--retriever-api-key-env", "WHALE_TEST_SERVE_TOKEN")...).
+		mustCode(t, exitUsage, "--retriever-api-key-env WHALE_TEST_SERVE_TOKEN", "not set")
+	whale(t, "harness", "run", "h0", "--domain", "searchqa", "--tasks", searchTasks, "--endpoint", srv.URL, "--model", "m",
+		"--retriever-api-key-env", "WHALE_TEST_SERVE_TOKEN").mustCode(t, exitUsage, "pass --retriever")
 }
 
 // fakeRetriever is a FAKE searchqa.Retriever that answers every query with

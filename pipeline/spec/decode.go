@@ -24,8 +24,24 @@ import (
 
 // Load reads and parses the experiment file at path; errors name the path
 // as given. Relative paths in it (see PathFields) are resolved against the
-// file's directory: the Experiment holds absolute paths.
+// file's directory: the Experiment holds absolute paths. A file that Read
+// finds problems in is refused with them.
 func Load(path string) (*Experiment, error) {
+	d, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	if problems := d.Problems(); len(problems) > 0 {
+		return nil, problems
+	}
+	return d.Exp, nil
+}
+
+// Read reads the experiment file at path as Load does, but holds back
+// judgement: the error is about reading or decoding the file (an
+// ErrorList for what does not decode), and what validation and path
+// resolution find is the Draft's Problems.
+func Read(path string) (*Draft, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read experiment file: %w", err)
@@ -40,7 +56,7 @@ func Load(path string) (*Experiment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read experiment file: %w", err)
 	}
-	return parse(path, data, filepath.Dir(abs))
+	return read(path, data, filepath.Dir(abs))
 }
 
 // Parse decodes an experiment file strictly on top of Defaults(), normalizes
@@ -48,12 +64,20 @@ func Load(path string) (*Experiment, error) {
 // error is an ErrorList naming every problem found with its position.
 // Paths are left as written: Load resolves them.
 func Parse(name string, data []byte) (*Experiment, error) {
-	return parse(name, data, "")
+	d, err := read(name, data, "")
+	if err != nil {
+		return nil, err
+	}
+	if problems := d.Problems(); len(problems) > 0 {
+		return nil, problems
+	}
+	return d.Exp, nil
 }
 
-// parse is Parse, with relative paths resolved against dir unless it is
-// empty.
-func parse(name string, data []byte, dir string) (*Experiment, error) {
+// read decodes and normalizes the file name holding data, with relative
+// paths resolved against dir unless it is empty; the error is an
+// ErrorList of what does not decode.
+func read(name string, data []byte, dir string) (*Draft, error) {
 	d := newDecoder(name, data)
 	e := Defaults()
 	d.decodeFile(data, &e)
@@ -61,25 +85,36 @@ func parse(name string, data []byte, dir string) (*Experiment, error) {
 		return nil, d.errs
 	}
 	e.Normalize()
-	problems := e.validate()
+	dr := &Draft{Exp: &e, Dir: dir, file: name, dec: d}
 	if dir != "" {
-		problems = append(problems, e.resolvePaths(dir)...)
+		dr.written = map[string]string{}
+		for _, f := range PathFields {
+			dr.written[f] = *pathField(&e, f)
+		}
+		dr.pathErrs = dr.position(e.resolvePaths(dir))
 	}
-	var errs ErrorList
+	return dr, nil
+}
+
+// position gives each problem found after decoding the file's name and
+// the position of its field (or of the closest ancestor written), with
+// the source line unless the value may be a secret.
+func (dr *Draft) position(problems ErrorList) ErrorList {
 	for _, ve := range problems {
-		ve.File = name
-		if p, ok := d.nearest(ve.Path); ok {
+		if dr.file != "" {
+			ve.File = dr.file
+		}
+		if dr.dec == nil {
+			continue
+		}
+		if p, ok := dr.dec.nearest(ve.Path); ok {
 			ve.Line, ve.Column = p.line, p.col
 			if !ve.sensitive {
-				ve.Snippet = snippet(d.lines, p.line, p.col)
+				ve.Snippet = snippet(dr.dec.lines, p.line, p.col)
 			}
 		}
-		errs = append(errs, ve)
 	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return &e, nil
+	return problems
 }
 
 type position struct{ line, col int }

@@ -19,6 +19,13 @@
 //   - A parsed Experiment starts from Defaults() (the paper's settings), gets
 //     the fields that depend on other fields from Normalize(), and passes
 //     Validate(). Parse returns nothing else.
+//   - Read returns a Draft: the file decoded and normalized, with what
+//     validation finds kept apart (Draft.Problems); Load is Read refusing
+//     a draft with problems. Draft.Reinit compares a draft with the run of
+//     its name that exists before judging it: a run frozen before a check
+//     existed is the same run still, the problems its file has today
+//     warnings, and a run frozen before paths were resolved is compared
+//     from the file's directory or the one init runs in (LegacyPaths).
 //   - Freeze turns a valid Experiment into a Run whose SpecDigest is the sha256
 //     of the canonical JSON of the normalized spec: compact, object keys sorted,
 //     so the digest does not depend on the key order or formatting of the YAML.
@@ -32,8 +39,10 @@
 //   - A spec never holds a secret (secrets.go): URLs that redaction would
 //     change, credential-named keys in free-form maps, the value of a
 //     credential variable of whale's environment, or a literal token in a
-//     command are refused, naming the field but never the value, and
-//     saying which *_env setting or variable to use instead.
+//     command (an assignment or flag, an Authorization or X-Api-Key
+//     header, a bearer token, a JSON credential field) are refused,
+//     naming the field but never the value, and saying which *_env
+//     setting or variable to use instead.
 //
 // To add a field: add it to the struct with yaml and json tags, its default to
 // Defaults (or Normalize when it depends on other fields) and its checks to

@@ -276,6 +276,13 @@ type Tools struct {
 	// BM25 index that `whale index build` stored under indexes/NAME in the
 	// run's root. Required for searchqa.
 	Retriever string `yaml:"retriever" json:"retriever"`
+	// RetrieverAPIKeyEnv names the environment variable holding the token
+	// of a retriever server that wants one (whale index serve with
+	// WHALE_SERVE_TOKEN, or --token-env): whale sends it as
+	// "Authorization: Bearer TOKEN". Default none; the token itself never
+	// appears in a spec. Left out of run.json when empty, so that the
+	// digests of runs frozen before it stay as they were.
+	RetrieverAPIKeyEnv string `yaml:"retriever_api_key_env" json:"retriever_api_key_env,omitempty"`
 	// Sandbox runs math's python tool: "local" (a python3 subprocess with
 	// time and memory limits and no network; the default) or the http(s)
 	// base URL of a SandboxFusion-compatible service (POST /run_code).

@@ -19,14 +19,17 @@ import (
 // Of the experiment's fields only model.checkpoint names something on the
 // machine that runs whale: a checkpoint file or directory (or else a hub
 // name such as Qwen/Qwen3-8B, or a URL, passed through untouched). The
-// commands (finetune.command, finetune.reload_command,
-// harness.agent.command) are shell text, not paths, and run in whale's
-// working directory; data.* name datasets in the root and tools.* name
-// services or stored indexes.
+// commands are shell text, not paths: the trainer and reload commands
+// (finetune.command, finetune.reload_command) run in Run.Dir, the
+// directory `whale init` ran in, wherever whale runs from; the coding
+// agent (harness.agent.command) runs in its workspace. data.* name
+// datasets in the root and tools.* name services or stored indexes.
 //
 // Load resolves a relative path against the experiment file's directory,
 // so that the frozen spec holds an absolute path and a run does not depend
-// on the directory it is started from. Init then records what the path
+// on the directory it is started from. A run frozen before whale did so
+// holds the path as written (see LegacyPaths); `whale init` again
+// compares it from the file's directory or its own (Draft.Reinit). Init then records what the path
 // held (see Input): a file up to CopyLimit bytes (the built-in model's
 // checkpoints are a few MB) is copied into the bucket with its sha256; a
 // larger file or a directory (a Hugging Face checkpoint) stays where it
@@ -378,32 +381,45 @@ func resolvePath(dir, ref string, mustBePath bool) (string, string) {
 	return ref, "" // a name, such as a hub id
 }
 
-// CheckSameAt is CheckSame for an experiment read from a file in dir. A
-// run frozen before whale resolved paths at init holds relative paths,
-// read at run time from the working directory; such a path is the same as
-// the experiment's when it resolves to it from dir, as it does for a run
-// started from there (see LegacyPaths).
-func CheckSameAt(run *Run, exp *Experiment, dir string) error {
+// CheckSameAt is CheckSame for an experiment read from a file, where
+// dirs are the directories a relative path of a run frozen before whale
+// resolved paths at init was read from: the file's directory and the
+// directory init runs in. Such a run holds the path as written, read at
+// run time from the working directory; it is the same as the
+// experiment's when it resolves to it from one of dirs, as it does for a
+// run started from there (see LegacyPaths).
+func CheckSameAt(run *Run, exp *Experiment, dirs ...string) error {
 	stored := run.Spec.Clone()
-	for _, f := range LegacyPaths(run, exp, dir) {
-		*pathField(stored, f) = *pathField(exp, f)
+	for _, l := range LegacyPaths(run, exp, dirs...) {
+		*pathField(stored, l.Field) = *pathField(exp, l.Field)
 	}
 	return checkSame(run, stored, exp)
 }
 
-// LegacyPaths lists the path fields in which run, frozen before whale
-// resolved paths at init, holds a relative path that resolves from dir to
-// the absolute path exp holds. Such a run still reads the path from the
-// working directory of each `whale run`.
-func LegacyPaths(run *Run, exp *Experiment, dir string) []string {
-	if dir == "" {
-		return nil
-	}
-	var out []string
+// A LegacyPath is a path field in which a run frozen before whale
+// resolved paths at init holds a relative path, and the directory from
+// which it resolves to the path an experiment holds. Such a run still
+// reads the path from the working directory of each `whale run`.
+type LegacyPath struct {
+	Field string // one of PathFields
+	Dir   string
+}
+
+// LegacyPaths lists the path fields in which run holds a relative path
+// that resolves to the absolute path exp holds from one of dirs (the
+// first that does; empty ones are skipped).
+func LegacyPaths(run *Run, exp *Experiment, dirs ...string) []LegacyPath {
+	var out []LegacyPath
 	for _, f := range PathFields {
 		old, now := *pathField(&run.Spec, f), *pathField(exp, f)
-		if old != "" && !filepath.IsAbs(old) && filepath.IsAbs(now) && filepath.Join(dir, old) == now {
-			out = append(out, f)
+		if old == "" || filepath.IsAbs(old) || !filepath.IsAbs(now) {
+			continue
+		}
+		for _, dir := range dirs {
+			if dir != "" && filepath.Join(dir, old) == now {
+				out = append(out, LegacyPath{Field: f, Dir: dir})
+				break
+			}
 		}
 	}
 	return out

@@ -273,12 +273,21 @@ func TestCheckSameAtLegacyPaths(t *testing.T) {
 	if err := CheckSameAt(old, now, dir); err != nil {
 		t.Errorf("CheckSameAt: %v", err)
 	}
-	if got := LegacyPaths(old, now, dir); len(got) != 1 || got[0] != "model.checkpoint" {
+	if got := LegacyPaths(old, now, dir); len(got) != 1 || got[0] != (LegacyPath{Field: "model.checkpoint", Dir: dir}) {
 		t.Errorf("LegacyPaths = %v", got)
 	}
 	// From another directory it is another file.
 	if err := CheckSameAt(old, now, t.TempDir()); !errors.Is(err, ErrSpecMismatch) {
 		t.Errorf("CheckSameAt from elsewhere: %v", err)
+	}
+	// Any of the directories given will do: the working directory of
+	// init, after the file's.
+	other := t.TempDir()
+	if err := CheckSameAt(old, now, other, dir); err != nil {
+		t.Errorf("CheckSameAt with the directory second: %v", err)
+	}
+	if got := LegacyPaths(old, now, "", other, dir); len(got) != 1 || got[0].Dir != dir {
+		t.Errorf("LegacyPaths = %v", got)
 	}
 	// A real change is still one.
 	now.Seed = 7
@@ -293,6 +302,134 @@ func TestCheckSameAtLegacyPaths(t *testing.T) {
 	}
 	if got := LegacyPaths(cur, now, dir); len(got) != 0 {
 		t.Errorf("LegacyPaths of a new run = %v", got)
+	}
+}
+
+// A run frozen before paths were resolved by an init run outside the
+// experiment file's directory holds a path relative to that working
+// directory. Its file, read from there again, is the same experiment:
+// as written (the file's directory does not hold the path, the working
+// directory does), or rewritten to name the same file relatively to the
+// file or absolutely. A new run of the same file is still refused.
+func TestReinitLegacyFromWorkingDirectory(t *testing.T) {
+	cwd := t.TempDir()
+	ckpt := writeTemp(t, cwd, "pretrained.wlm", "WHALELM1")
+	expDir := filepath.Join(cwd, "experiments")
+	src := localExperiment("pretrained.wlm")
+	old, err := Freeze(mustParse(t, src), "old", time.Unix(0, 0)) // as an older whale froze it, from cwd
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(cwd)
+
+	asWritten := writeTemp(t, expDir, "e.yaml", src)
+	if _, err := Load(asWritten); err == nil || !strings.Contains(err.Error(), "in the working directory") {
+		t.Fatalf("Load of a new run: %v, want the working-directory error", err)
+	}
+	for name, file := range map[string]string{
+		"as written":           asWritten,
+		"relative to the file": writeTemp(t, expDir, "up.yaml", localExperiment("../pretrained.wlm")),
+		"absolute":             writeTemp(t, expDir, "abs.yaml", localExperiment(ckpt)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, err := Read(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp, warnings, err := d.Reinit(old, cwd)
+			if err != nil || len(warnings) != 0 {
+				t.Fatalf("Reinit: %v, warnings %v", err, warnings)
+			}
+			if exp.Model.Checkpoint != ckpt {
+				t.Errorf("checkpoint %q, want %q", exp.Model.Checkpoint, ckpt)
+			}
+			if got := LegacyPaths(old, exp, d.Dir, cwd); len(got) != 1 || got[0].Dir != cwd {
+				t.Errorf("LegacyPaths = %v", got)
+			}
+			// From another directory, the run's path names another file.
+			if _, _, err := d.Reinit(old, t.TempDir()); err == nil {
+				t.Error("Reinit from another directory: no error")
+			}
+		})
+	}
+	// Another checkpoint is still another experiment.
+	writeTemp(t, cwd, "other.wlm", "WHALELM1")
+	d, err := Read(writeTemp(t, expDir, "other.yaml", localExperiment("../other.wlm")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var me *MismatchError
+	if _, _, err := d.Reinit(old, cwd); !errors.As(err, &me) || strings.Join(me.Paths, ",") != "model.checkpoint" {
+		t.Errorf("Reinit with another checkpoint: %v", err)
+	}
+}
+
+// A run frozen before a check existed is the same experiment as its file,
+// which today's checks refuse: Reinit says so with the problems as
+// warnings; a changed file with the problem is refused for it, and a new
+// run of it is refused by Load and Freeze.
+func TestReinitWarnsOfNewChecks(t *testing.T) {
+	const secret = "sk-proj-LiteralBearer0123456789"
+	for _, tc := range []struct{ name, old, new, field string }{
+		{"a new bound", "group_size: 4", "group_size: 4096", "rsft.group_size"},
+		{"the secret scan", "command: train.sh", "command: 'curl -H \"Authorization: Bearer " + secret + "\" x; train.sh'", "finetune.command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := minimal + "rsft:\n  group_size: 4\n"
+			if strings.Count(base, tc.old) != 1 {
+				t.Fatalf("fixture: %q is not once in minimal", tc.old)
+			}
+			src := strings.Replace(base, tc.old, tc.new, 1)
+			dir := t.TempDir()
+			file := writeTemp(t, dir, "e.yaml", src)
+			d, err := Read(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			problems := d.Problems()
+			if len(problems) != 1 || problems[0].Path != tc.field {
+				t.Fatalf("problems %v, want one in %s", problems, tc.field)
+			}
+			// What an older whale froze: the spec without today's check.
+			e := d.Exp.Clone()
+			digest, err := Digest(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := &Run{Spec: *e, SpecDigest: digest, WhaleVersion: "old"}
+
+			exp, warnings, err := d.Reinit(old, dir)
+			if err != nil {
+				t.Fatalf("Reinit: %v", err)
+			}
+			if exp == nil || len(warnings) != 1 || warnings[0].Path != tc.field || warnings[0].Line == 0 || strings.Contains(warnings[0].Error(), secret) {
+				t.Errorf("warnings %v", warnings)
+			}
+			// The file changed in another field too: the problem first.
+			d2, err := Read(writeTemp(t, dir, "seed.yaml", src+"seed: 9\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var l ErrorList
+			if _, _, err := d2.Reinit(old, dir); !errors.As(err, &l) || l[0].Path != tc.field {
+				t.Errorf("Reinit of a changed file: %v", err)
+			}
+			// Fixed, it is another spec than the run's.
+			d3, err := Read(writeTemp(t, dir, "fixed.yaml", base))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := d3.Reinit(old, dir); !errors.Is(err, ErrSpecMismatch) {
+				t.Errorf("Reinit of the fixed file: %v", err)
+			}
+			// A new run is refused.
+			if _, err := Load(file); err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("Load: %v", err)
+			}
+			if _, err := Freeze(d.Exp, "v", time.Unix(0, 0)); err == nil {
+				t.Error("Freeze took the spec")
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -30,19 +31,35 @@ import (
 //     access_key, auth, bearer …, matched word by word, in any case, at
 //     any depth: model.extra, finetune.env, …) is refused when it holds
 //     text, as are the names of redact.SecretEnv (finetune.env:
-//     HF_TOKEN, AWS_SECRET_ACCESS_KEY);
+//     HF_TOKEN, AWS_SECRET_ACCESS_KEY), a variable of finetune.env
+//     called *_KEY, and a key called just "key" whose value is one word
+//     of 8 characters or more ({key: AIza…});
 //   - any string holding the value (8 characters or more) of one of
 //     whale's environment variables whose name is a credential's
-//     (HF_TOKEN, OPENAI_API_KEY, AWS_SESSION_TOKEN …) is refused, commands
-//     included;
+//     (HF_TOKEN, OPENAI_API_KEY, OPENROUTER_KEY, AWS_SESSION_TOKEN …) is
+//     refused, commands included; a variable that names a file
+//     (GOOGLE_APPLICATION_CREDENTIALS, KUBECONFIG, *_FILE, *_PATH,
+//     *_DIR) or whose value is an absolute path holds no secret to look
+//     for;
 //   - in any other string (commands, prologues, extras, model.checkpoint)
 //     a URL with user info or with a credential-named query parameter is
-//     refused, and outside the description a credential-named shell
-//     assignment or flag given a literal value that looks like a token
-//     (HF_TOKEN=hf_…, --api-key sk-…).
+//     refused, and outside the description (prose, where such forms are
+//     examples) so are the next two:
+//   - a credential-named shell assignment (*_KEY= included) or flag given
+//     a literal value that looks like a token (HF_TOKEN=hf_…, --api-key
+//     sk-…, --token eyJ….….…, a JWT);
+//   - an HTTP credential header with a literal value
+//     ("Authorization: Bearer sk-…", "Proxy-Authorization: Basic …",
+//     "X-Api-Key: …"), a bare "bearer <token>" (16 token characters or
+//     more), and a JSON credential field ({"api_key": "…"}, "token",
+//     "secret", "password").
+//
+// A value that refers to a variable ($VAR, ${VAR}) is no literal: the
+// shell, or the trainer, reads the secret from the environment.
 //
 // Each refusal says what to use instead: the *_env fields that name a
-// variable (model.api_key_env, harness.llm.api_key_env), or the
+// variable (model.api_key_env, harness.llm.api_key_env,
+// tools.retriever_api_key_env), or the
 // environment that commands inherit from whale.
 
 // URLFields are the fields (list indexes left out) whose value is a URL
@@ -75,7 +92,9 @@ func envSecrets(env []string) []envSecret {
 	var out []envSecret
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
-		if !ok || len(value) < minSecretLen || !secretVar(name) {
+		if !ok || len(value) < minSecretLen || !secretVar(name) || fileVar(name) || filepath.IsAbs(value) {
+			// A variable that names a file holds its path, not the
+			// secret in it: a prologue may export the same path.
 			continue
 		}
 		out = append(out, envSecret{name: name, value: value, escaped: url.QueryEscape(value)})
@@ -85,13 +104,36 @@ func envSecrets(env []string) []envSecret {
 }
 
 // secretVar reports whether an environment variable called name holds a
-// credential: one of redact.SecretEnv, or a credential's name by
-// credentialName. It is narrower than redact.SecretName, which scrubs
-// logs and errs on the side of secrecy (every AWS_* variable): a spec
-// refused because it holds AWS_REGION's "us-east-1" would be refused for
-// nothing.
+// credential: one of redact.SecretEnv, a credential's name by
+// credentialName, or a name ending in _KEY (OPENROUTER_KEY, the
+// convention of API keys). It is narrower than redact.SecretName, which
+// scrubs logs and errs on the side of secrecy (every AWS_* variable): a
+// spec refused because it holds AWS_REGION's "us-east-1" would be
+// refused for nothing.
 func secretVar(name string) bool {
-	return slices.Contains(redact.SecretEnv, strings.ToUpper(name)) || credentialName(name)
+	return slices.Contains(redact.SecretEnv, strings.ToUpper(name)) || credentialName(name) || keyVar(name)
+}
+
+// keyVar reports whether name ends in the word key after another word:
+// OPENROUTER_KEY, MY_SERVICE_KEYS.
+func keyVar(name string) bool {
+	w := nameWords(name)
+	return len(w) >= 2 && (w[len(w)-1] == "key" || w[len(w)-1] == "keys")
+}
+
+// fileVars are variables whose names sound like credentials' but that
+// name a file (or a directory) holding them.
+var fileVars = []string{"GOOGLE_APPLICATION_CREDENTIALS", "KUBECONFIG", "DOCKER_CONFIG", "NETRC", "CLOUDSDK_CONFIG", "BOTO_CONFIG"}
+
+// fileVar reports whether a variable called name names a file rather
+// than holding a secret: one of fileVars, or a name whose last word says
+// so (…_FILE, …_PATH, …_DIR).
+func fileVar(name string) bool {
+	if slices.Contains(fileVars, strings.ToUpper(name)) {
+		return true
+	}
+	w := nameWords(name)
+	return slices.Contains([]string{"file", "files", "path", "paths", "dir", "dirs", "directory"}, w[len(w)-1])
 }
 
 type secretScan struct {
@@ -122,8 +164,18 @@ func (s *secretScan) walk(v reflect.Value, path string) {
 			key := fmt.Sprint(k.Interface())
 			p := joinPath(path, key)
 			val := v.MapIndex(k)
-			if (credentialName(key) || slices.Contains(redact.SecretEnv, strings.ToUpper(key))) && holdsText(val) {
+			named := credentialName(key) || slices.Contains(redact.SecretEnv, strings.ToUpper(key))
+			if path == "finetune.env" {
+				named = secretVar(key) && !fileVar(key) // variables: OPENROUTER_KEY too
+			}
+			if named && holdsText(val) {
 				s.refuse(p, "is named like a credential and holds a value, which would be frozen into run.json")
+				continue
+			}
+			if strings.EqualFold(key, "key") && wordValue(val) {
+				// {key: AIza…}: an API key by its usual name (as in
+				// ?key=…), not a word of a request.
+				s.refuse(p, "is called key and holds what looks like one, which would be frozen into run.json")
 				continue
 			}
 			s.walk(val, p)
@@ -170,7 +222,57 @@ func (s *secretScan) text(path, str string) {
 	}
 	if name := literalCredential(str); name != "" {
 		s.refuseVar(path, name, "gives %s a literal value, a credential that would be frozen into run.json", name)
+		return
 	}
+	if what := textCredential(str); what != "" {
+		s.refuse(path, "holds %s with a literal value, a credential that would be frozen into run.json", what)
+	}
+}
+
+// textCredentials are credentials in free text that no variable's name
+// gives away: HTTP headers written into a command (curl -H
+// "Authorization: Bearer …"), a bare bearer token, a JSON body's
+// credential field. The first group of each is the value.
+var textCredentials = []struct {
+	re   *regexp.Regexp
+	what string
+}{
+	{regexp.MustCompile(`(?i)\b(?:proxy-)?authorization:\s*(?:bearer|basic|token)\s+(\S{8,})`), "an Authorization header"},
+	{regexp.MustCompile(`(?i)\bx-api-key:\s*(\S{8,})`), "an X-Api-Key header"},
+	{regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)`), "a bearer token"},
+	// "api_key":"…", and \"api_key\": \"…\" inside a shell's double quotes.
+	{regexp.MustCompile(`(?i)\\?"(?:x-)?(?:api[_-]?key|(?:access|auth|refresh|session|id|hf|bearer)[_-]?token|token|(?:client[_-]?)?secret|secret[_-]?key|password|passwd)\\?"\s*:\s*\\?"([^"$\\]{8,})`), "a JSON credential field"},
+}
+
+// textCredential says what credential str holds by textCredentials, ""
+// when none: a value that refers to a variable ($VAR, ${VAR}, $(cmd)),
+// or a path (a token's file), is none.
+func textCredential(str string) string {
+	for _, tc := range textCredentials {
+		for _, m := range tc.re.FindAllStringSubmatch(str, -1) {
+			v := strings.TrimRight(strings.Trim(m[1], `"'\`), `"'\,;)]}`)
+			if len(v) >= minSecretLen && !strings.ContainsAny(v, "$`") && !filepath.IsAbs(v) && !strings.HasPrefix(v, "~/") {
+				return tc.what
+			}
+		}
+	}
+	return ""
+}
+
+// wordValue reports whether v is a string of one word, minSecretLen
+// characters or more, that refers to no variable: what a key looks like.
+func wordValue(v reflect.Value) bool {
+	for v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return false
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.String {
+		return false
+	}
+	str := v.String()
+	return len(str) >= minSecretLen && !strings.ContainsAny(str, "$` \t\n")
 }
 
 // refuse reports path as holding a secret, with what to do instead;
@@ -213,8 +315,10 @@ func secretAdvice(path, name string) string {
 		return fmt.Sprintf("write %s in the command, not the value, and name the variable in harness.agent.env: the agent gets the variables listed there", ref)
 	case under("slurm"):
 		return fmt.Sprintf("jobs inherit the environment of the shell that submits them: export the variable there and write %s", ref)
+	case under("tools.retriever"):
+		return "keep the token in an environment variable and name the variable in tools.retriever_api_key_env (whale sends it as the bearer token, as whale index serve --token-env expects)"
 	case under("tools"):
-		return "the spec has no key setting for tools: serve the tool without a credential in its URL (on a private network, or behind a local proxy that adds it)"
+		return "the spec has no key setting for this tool: serve it without a credential in its URL (on a private network, or behind a local proxy that adds it)"
 	case under("data"):
 		return "bucket credentials come from the environment (AWS_ACCESS_KEY_ID, …, as for --root), never from the URL"
 	}
@@ -311,19 +415,26 @@ func literalCredential(s string) string {
 			}
 			continue
 		}
-		if name, value, ok := strings.Cut(w, "="); ok && shellNameRE.MatchString(name) && secretVar(name) && tokenLike(value) {
+		if name, value, ok := strings.Cut(w, "="); ok && shellNameRE.MatchString(name) && secretVar(name) && !fileVar(name) && tokenLike(value) {
 			return name
 		}
 	}
 	return ""
 }
 
+// jwtRE matches a JSON Web Token: three base64url parts, the first a
+// JSON object ("eyJ" is `{"`).
+var jwtRE = regexp.MustCompile(`^eyJ[\w-]+\.[\w-]+\.[\w-]+$`)
+
 // tokenLike reports whether a shell word, unquoted, may be a secret: long
 // enough, no reference to a variable or command, not a path or a file
-// name.
+// name; or a JWT, dots and all.
 func tokenLike(v string) bool {
 	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
 		v = v[1 : len(v)-1]
+	}
+	if jwtRE.MatchString(v) {
+		return true
 	}
 	if len(v) < minSecretLen || strings.ContainsAny(v, "$`.\"' \t\n") {
 		return false

@@ -83,7 +83,12 @@ func TestSecretsRefused(t *testing.T) {
 		awsKey   = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 		agentKey = "sk-ant-api03-0123456789abcdef"
 		literal  = "hf_LiteralTokenWritten0123"
+		bearer   = "sk-proj-LiteralBearer0123456789"
+		jwt      = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ3aGFsZSJ9.c2lnbmF0dXJlMDEyMzQ1"
+		// routerKey is in whale's environment under a *_KEY name.
+		routerKey = "or-0123456789abcdefXYZ"
 	)
+	t.Setenv("OPENROUTER_KEY", routerKey)
 	t.Setenv("HF_TOKEN", hfToken)
 	t.Setenv("ANTHROPIC_API_KEY", agentKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", awsKey)
@@ -103,7 +108,7 @@ func TestSecretsRefused(t *testing.T) {
 		{"retriever user info", map[string]string{"%RETRIEVER%": "http://u:" + literal + "@127.0.0.1:8002"}, literal,
 			"tools.retriever", []string{"must not carry credentials"}},
 		{"retriever token", map[string]string{"%RETRIEVER%": "http://127.0.0.1:8002/?token=" + literal}, literal,
-			"tools.retriever", []string{`"token"`, "without a credential in its URL"}},
+			"tools.retriever", []string{`"token"`, "tools.retriever_api_key_env"}},
 		{"dataset URL", map[string]string{"%TRAIN%": "s3://bucket/datasets/a?region=us-east-1&secret_access_key=" + literal}, literal,
 			"data.train", []string{"secret_access_key", "from the environment"}},
 		{"checkpoint URL with a token", map[string]string{"%CKPT%": "'https://hub.example.com/org/m?access_token=" + literal + "'"}, literal,
@@ -136,6 +141,35 @@ func TestSecretsRefused(t *testing.T) {
 			"finetune.reload_command", []string{"user info"}},
 		{"slurm prologue export", map[string]string{"%PROLOGUE%": "'export WANDB_API_KEY=" + literal + "'"}, literal,
 			"slurm.default.prologue[0]", []string{"WANDB_API_KEY", "submits them"}},
+		// Forms a review found accepted.
+		{"curl Authorization header", map[string]string{"%FT%": `'curl -H "Authorization: Bearer ` + bearer + `" http://127.0.0.1:9/x && python train.py'`}, bearer,
+			"finetune.command", []string{"an Authorization header", "$NAME in the command"}},
+		{"x-api-key header", map[string]string{"%RELOAD%": `'curl --header "x-api-key: ` + bearer + `" -X POST http://127.0.0.1:8000/reload'`}, bearer,
+			"finetune.reload_command", []string{"an X-Api-Key header"}},
+		{"proxy basic auth", map[string]string{"%RELOAD%": `'curl -H "Proxy-Authorization: Basic dXNlcjpwYXNzd29yZDE=" http://x/reload'`}, "dXNlcjpwYXNzd29yZDE=",
+			"finetune.reload_command", []string{"an Authorization header"}},
+		{"JWT flag in agent command", map[string]string{"%AGENT%": "'my-agent --token " + jwt + " --yes'"}, jwt,
+			"harness.agent.command", []string{"gives --token a literal value", "harness.agent.env"}},
+		{"JWT assignment in prologue", map[string]string{"%PROLOGUE%": "'HF_TOKEN=" + jwt + " huggingface-cli whoami'"}, jwt,
+			"slurm.default.prologue[0]", []string{"gives HF_TOKEN a literal value"}},
+		{"*_KEY export in prologue", map[string]string{"%PROLOGUE%": "'export OPENROUTER_KEY=sk-or-v1-0123456789abcdef'"}, "sk-or-v1-0123456789abcdef",
+			"slurm.default.prologue[0]", []string{"gives OPENROUTER_KEY a literal value", "$OPENROUTER_KEY"}},
+		{"JSON api_key in command", map[string]string{"%FT%": `'curl -d ''{"api_key":"` + bearer + `"}'' http://127.0.0.1:9/x'`}, bearer,
+			"finetune.command", []string{"a JSON credential field"}},
+		{"escaped JSON token in command", map[string]string{"%RELOAD%": `'curl -d "{\"token\": \"` + bearer + `\"}" http://x'`}, bearer,
+			"finetune.reload_command", []string{"a JSON credential field"}},
+		{"bare bearer in command", map[string]string{"%FT%": `'python train.py --auth "bearer ` + bearer + `"'`}, bearer,
+			"finetune.command", []string{"a bearer token"}},
+		{"extra_headers string", map[string]string{"%EXTRA%": "{extra_headers: 'Authorization: Bearer " + bearer + "'}"}, bearer,
+			"model.extra.extra_headers", []string{"an Authorization header", "model.api_key_env"}},
+		{"header strings in a list", map[string]string{"%EXTRA%": "{extra_headers: ['Content-Type: application/json', 'X-Api-Key: " + bearer + "']}"}, bearer,
+			"model.extra.extra_headers[1]", []string{"an X-Api-Key header"}},
+		{"extra key", map[string]string{"%EXTRA%": "{key: AIzaSyA0123456789abcdefg}"}, "AIzaSyA0123456789abcdefg",
+			"model.extra.key", []string{"is called key", "model.api_key_env"}},
+		{"finetune.env *_KEY", map[string]string{"%ENV%": "{OPENROUTER_KEY: " + literal + "}"}, literal,
+			"finetune.env.OPENROUTER_KEY", []string{"named like a credential"}},
+		{"*_KEY value from the environment", map[string]string{"%FT%": "'python train.py --service " + routerKey + "'"}, routerKey,
+			"finetune.command", []string{"value of the environment variable OPENROUTER_KEY"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := secretSpecWith(tc.set)
@@ -207,11 +241,67 @@ func TestSecretsNotFalselyRefused(t *testing.T) {
 	}
 }
 
+// Credentials written as references to variables, variables that name
+// files, and words that merely mention keys and tokens pass.
+func TestSecretsFormsNotFalselyRefused(t *testing.T) {
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "/home/u/gcp-key.json")
+	t.Setenv("MY_SERVICE_SECRET", "/run/secrets/service-secret")
+	t.Setenv("KUBECONFIG", "/home/u/.kube/config")
+	t.Setenv("SERVICE_KEY_FILE", "service-key.pem")
+	t.Setenv("OPENROUTER_KEY", "or-0123456789abcdefXYZ")
+	for name, set := range map[string]map[string]string{
+		"header from a variable":         {"%FT%": `'curl -H "Authorization: Bearer $OPENAI_API_KEY" http://x/y && python train.py'`},
+		"header from ${VAR}":             {"%RELOAD%": `'curl -H "Authorization: Bearer ${VLLM_API_KEY}" -H "x-api-key: ${KEY}" http://x/reload'`},
+		"header from a command":          {"%RELOAD%": `'curl -H "Authorization: Bearer $(cat /run/secrets/token)" http://x/reload'`},
+		"header split quotes":            {"%RELOAD%": `'curl -H ''Authorization: Bearer ''"$TOKEN" http://x/reload'`},
+		"JSON from a variable":           {"%FT%": `'curl -d "{\"api_key\": \"$OPENROUTER_KEY\"}" http://x'`},
+		"JSON tokenizer fields":          {"%FT%": `'python train.py --special-tokens ''{"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}'' --epochs 1'`},
+		"auth type bearer":               {"%FT%": "'python train.py --auth-type bearer --token $HF_TOKEN'"},
+		"export a key from a variable":   {"%PROLOGUE%": "'export OPENROUTER_KEY=$OPENROUTER_KEY'"},
+		"credentials file exported":      {"%PROLOGUE%": "'export GOOGLE_APPLICATION_CREDENTIALS=/home/u/gcp-key.json'"},
+		"credentials file, relative":     {"%PROLOGUE%": "'export GOOGLE_APPLICATION_CREDENTIALS=gcpserviceaccount'"},
+		"kubeconfig":                     {"%PROLOGUE%": "'export KUBECONFIG=/home/u/.kube/config'"},
+		"secret variable holding a path": {"%FT%": "'python train.py --secret-file /run/secrets/service-secret'"},
+		"a key file":                     {"%FT%": "'python train.py --tls service-key.pem'"},
+		"extra cache key and schema": {"%EXTRA%": "{prompt_cache_key: whale-experiment-1, key: short, " +
+			"response_format: {type: json_schema, json_schema: {schema: {properties: {key: {type: string}}}}}}"},
+		"extra key from a variable": {"%EXTRA%": "{key: $GOOGLE_API_KEY}"},
+		"not a JWT":                 {"%FT%": "'python train.py --token-file tokens.json.gz'"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Parse("experiment.yaml", []byte(secretSpecWith(set))); err != nil {
+				var l ErrorList
+				errors.As(err, &l)
+				t.Fatalf("clean spec refused:\n%s", l.Detailed())
+			}
+		})
+	}
+	// The description is prose: it may show the forms.
+	src := secretSpecWith(nil) + "description: 'call it with -H \"Authorization: Bearer sk-your-key-here\"'\n"
+	if _, err := Parse("experiment.yaml", []byte(src)); err != nil {
+		t.Errorf("description refused: %v", err)
+	}
+}
+
+func TestTokenLike(t *testing.T) {
+	for v, want := range map[string]bool{
+		"hf_AbCdEfGhIjKlMnOp": true, "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln": true, `"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"`: true,
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0": false, "model.safetensors": false, "/run/secrets/x": false, "$HF_TOKEN": false,
+		"${HF_TOKEN}": false, "short": false,
+	} {
+		if got := tokenLike(v); got != want {
+			t.Errorf("tokenLike(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
 // The shipped examples init with credentials in the environment.
 func TestExamplesHaveNoSecrets(t *testing.T) {
 	t.Setenv("HF_TOKEN", "hf_AbCdEfGhIjKlMnOpQrStUv")
 	t.Setenv("OPENAI_API_KEY", "sk-proj-0123456789abcdef")
 	t.Setenv("VLLM_API_KEY", "token-abc123456")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "/home/u/gcp-key.json")
+	t.Setenv("OPENROUTER_KEY", "or-0123456789abcdefXYZ")
 	files, err := filepath.Glob("../../jobs/examples/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)

@@ -663,3 +663,63 @@ func TestSlurmResources(t *testing.T) {
 		}
 	}
 }
+
+// tools.retriever_api_key_env came after runs were frozen: left empty it
+// is not in the canonical form, so a spec without it has the digest it
+// had before (taken from the whale before the field), and a run.json
+// without the key is the same experiment as the file read today; setting
+// it is a change, and it is validated like model.api_key_env.
+func TestRetrieverAPIKeyEnv(t *testing.T) {
+	const src = `name: sqa
+domain: searchqa
+data: {train: datasets/a, search: datasets/b, test: datasets/c}
+model: {name: m, endpoints: ['http://127.0.0.1:8000/v1']}
+harness: {proposer: mutate}
+finetune: {command: train.sh, reload: none}
+tools: {retriever: 'http://127.0.0.1:8002'}
+budget: {weight_steps: 10}
+`
+	const before = "sha256:98fdc991f9158c638f6e867313e96c4a0894003e4e854f36a1243fe03459e529"
+	plain := mustParse(t, src)
+	r, err := Freeze(plain, "v", time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SpecDigest != before {
+		t.Errorf("digest %s, was %s before tools.retriever_api_key_env", r.SpecDigest, before)
+	}
+	c, err := CanonicalJSON(&r.Spec)
+	if err != nil || strings.Contains(string(c), "retriever_api_key_env") {
+		t.Errorf("canonical form holds the empty field: %s %v", c, err)
+	}
+	set := mustParse(t, strings.Replace(src, "tools: {retriever: 'http://127.0.0.1:8002'}", "tools: {retriever: 'http://127.0.0.1:8002', retriever_api_key_env: WHALE_SERVE_TOKEN}", 1))
+	if set.Tools.RetrieverAPIKeyEnv != "WHALE_SERVE_TOKEN" {
+		t.Fatalf("tools = %+v", set.Tools)
+	}
+	var me *MismatchError
+	if err := CheckSame(r, set); !errors.As(err, &me) || strings.Join(me.Paths, ",") != "tools.retriever_api_key_env" {
+		t.Errorf("CheckSame with the key set = %v", err)
+	}
+	rs, err := Freeze(set, "v", time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := rs.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeRun("run.json", data)
+	if err != nil || back.Spec.Tools.RetrieverAPIKeyEnv != "WHALE_SERVE_TOKEN" || CheckSame(back, set) != nil {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+
+	for _, tc := range []struct{ tools, want string }{
+		{"{retriever: 'http://127.0.0.1:8002', retriever_api_key_env: 'idx-93b1e7 secret'}", "must name an environment variable"},
+		{"{retriever: 'index:wiki', retriever_api_key_env: WHALE_SERVE_TOKEN}", "not an http(s) URL"},
+	} {
+		_, err := Parse("experiment.yaml", []byte(strings.Replace(src, "tools: {retriever: 'http://127.0.0.1:8002'}", "tools: "+tc.tools, 1)))
+		if err == nil || !strings.Contains(err.Error(), "tools.retriever_api_key_env") || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "93b1e7") {
+			t.Errorf("%s: %v", tc.tools, err)
+		}
+	}
+}

@@ -468,6 +468,10 @@ func (e *Experiment) validateTools(c *checker) {
 			c.endpoint("tools.retriever", t.Retriever)
 		}
 	}
+	c.apiKeyEnv("tools.retriever_api_key_env", t.RetrieverAPIKeyEnv)
+	if t.RetrieverAPIKeyEnv != "" && envVarRE.MatchString(t.RetrieverAPIKeyEnv) && !strings.Contains(t.Retriever, "://") {
+		c.add("tools.retriever_api_key_env", "is the token of a retriever server; tools.retriever is %q, not an http(s) URL", t.Retriever)
+	}
 	if t.Sandbox != "" && t.Sandbox != SandboxLocal {
 		c.endpoint("tools.sandbox", t.Sandbox)
 	}
