@@ -120,8 +120,18 @@ func TestSandboxParentEnviron(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = decoy.Process.Kill(); _ = decoy.Wait() }()
-	// The attack works on the host, so the sandbox is what stops it.
-	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", decoy.Process.Pid)); err != nil || !strings.Contains(string(env), secret) {
+	// The attack works on the host, so the sandbox is what stops it. Until
+	// the decoy has exec'd, its environ is the forking parent's (or empty on
+	// a loaded machine), so wait for the exec rather than read once.
+	var env []byte
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		env, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", decoy.Process.Pid))
+		if (err == nil && strings.Contains(string(env), secret)) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || !strings.Contains(string(env), secret) {
 		t.Fatalf("the decoy's environ %q (%v) lacks the secret", env, err)
 	}
 	code := fmt.Sprintf(`import glob, os
