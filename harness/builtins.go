@@ -332,6 +332,41 @@ var jsonModule = func() *starlarkstruct.Module {
 	return m
 }()
 
+// jsonScanner reads a JSON text a byte at a time, skipping the insides of
+// strings (escapes included): what json.decode's and json.indent's bounds
+// count is the structure outside them. It is the one scanner of both, so
+// their idea of where a string ends cannot differ.
+type jsonScanner struct {
+	s string
+	i int
+}
+
+// next returns the next byte outside a string ('"' for a whole string),
+// or false at the end of the text.
+func (sc *jsonScanner) next() (byte, bool) {
+	if sc.i >= len(sc.s) {
+		return 0, false
+	}
+	c := sc.s[sc.i]
+	sc.i++
+	if c != '"' {
+		return c, true
+	}
+	for sc.i < len(sc.s) {
+		j := strings.IndexAny(sc.s[sc.i:], `"\`)
+		if j < 0 {
+			sc.i = len(sc.s)
+			break
+		}
+		sc.i += j + 1
+		if sc.s[sc.i-1] == '"' {
+			break
+		}
+		sc.i++ // the escaped byte
+	}
+	return '"', true
+}
+
 // checkJSONInput looks at a JSON text before json.decode reads it:
 // Starlark's decoder recurses once per level of nesting (5M brackets
 // overflowed the stack, which kills the process), converts a number of n
@@ -339,17 +374,11 @@ var jsonModule = func() *starlarkstruct.Module {
 func checkJSONInput(th *starlark.Thread, s string) error {
 	lim := limitsOf(th)
 	depth, values, digits := 0, int64(1), 0
-	inString := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
+	sc := jsonScanner{s: s}
+	for {
+		c, ok := sc.next()
+		if !ok {
+			break
 		}
 		if c >= '0' && c <= '9' {
 			if digits++; digits > maxIntDigits {
@@ -359,8 +388,6 @@ func checkJSONInput(th *starlark.Thread, s string) error {
 		}
 		digits = 0
 		switch c {
-		case '"':
-			inString = true
 		case '[', '{':
 			if depth++; depth > MaxNesting {
 				return memoryError("json.decode: input nested deeper than %d levels (MaxNesting)", MaxNesting)
@@ -384,21 +411,13 @@ func checkJSONInput(th *starlark.Thread, s string) error {
 func indentSize(s string, prefix, indent int) int64 {
 	n := int64(len(s))
 	var depth int64
-	inString := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
+	sc := jsonScanner{s: s}
+	for {
+		c, ok := sc.next()
+		if !ok {
+			break
 		}
 		switch c {
-		case '"':
-			inString = true
 		case '[', '{':
 			depth++
 			n += 2 + int64(prefix) + depth*int64(indent)

@@ -273,7 +273,7 @@ func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout
 		// The thread is still running on its goroutine: nothing of the
 		// runner or the thread may be read.
 		return nil, &HookError{Hook: hook, Harness: h.id, kind: ErrDeadline, cause: errCallTimeout,
-			Msg: fmt.Sprintf("did not return within %s of its deadline (%s) or cancellation: one operation ran on that cannot be interrupted, such as comparing or hashing values that share deeply nested tuples or lists; the call was abandoned", abandonAfter, timeout)}
+			Msg: fmt.Sprintf("did not return within %s of its deadline (%s) or cancellation: one operation ran on that cannot be interrupted; the call was abandoned", abandonAfter, timeout)}
 	}
 	why := r.stopped()
 	if r.cancel != nil {
@@ -336,11 +336,11 @@ func (h *Harness) run(ctx context.Context, hook string, maxSteps uint64, timeout
 // abandonAfter is how long past its deadline, or its caller's
 // cancellation, a call may run before the caller stops waiting for it.
 // Starlark notices both only between steps, and the runtime's bounded
-// operations return within seconds; but one step can take unbounded time
-// (comparing or hashing values that share deeply nested tuples: t == t
-// for t = (((1,)*1000,)*1000,)*1000 compares 10⁹ pairs), and Go cannot
-// interrupt it. The caller then gets an ErrDeadline and goes on; the
-// thread, cancelled, ends on its own goroutine when that step does.
+// operations (comparisons and hashes included, compare.go) return within
+// seconds; a step that runs longer than expected (an operation the
+// runtime does not bound) cannot be interrupted by Go. The caller then
+// gets an ErrDeadline and goes on; the thread, cancelled, ends on its own
+// goroutine when that step does.
 var abandonAfter = 10 * time.Second
 
 // watch runs f on a goroutine of its own and waits for it, or until

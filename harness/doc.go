@@ -58,15 +58,34 @@
 //     the pattern's program passes a bound (about 3 s of matching) and
 //     looks at the deadline before each large match. Errors of these
 //     limits match ErrMemory and name the limit. The step limit bounds
-//     the rest (an append or a comprehension element per step). One step
-//     can still take unbounded time: comparing or hashing values that
-//     share deeply nested tuples or lists (t == t for t =
-//     (((1,)*1000,)*1000,)*1000), which no deadline interrupts. Load runs
-//     the top level on a goroutine of its own and stops waiting for it
-//     abandonAfter past its deadline (freezing the globals is bounded by
-//     checkFreeze); a hook call runs on its caller's goroutine (a
-//     goroutine a call would cost more than the call) and is not
-//     protected from such a step.
+//     the rest (an append or a comprehension element per step).
+//   - Comparing and hashing: Starlark compares two values and hashes a
+//     dict key or set element in one step, visiting nested lists and
+//     tuples as often as they are reached (B == C for B = [a]*1000000
+//     and C = [list(a)]*1000000, a = [0]*1000000, is 10¹² comparisons;
+//     t == t or {t: 1} for t = (((1,)*1000,)*1000,)*1000 is 10⁹). The
+//     rewrite routes comparisons (== != < <= > >=), in and not in, dict
+//     keys ({k: v}, comprehensions, d[k] = v) through guards, and the
+//     bounded builtins and methods (sorted, min, max, dict, set, d[k],
+//     d.get, d.setdefault, d.pop, d.update, s.add, s.remove, s.discard,
+//     s.union and its kind, l.index, l.remove, | & ^ - of sets) check too
+//     (compare.go): each first walks its operands as the operation will,
+//     stopping where it stops, counts the elements visited (a shared one
+//     each time it is reached), refuses past MaxCompareWork (2²²; all
+//     the comparisons of one sort, min or max past MaxSortWork) with an
+//     error that matches ErrMemory and names the limit, charges the count
+//     to the call (the deadline and the context are looked at every
+//     million), and then lets Starlark do it. Operands that are cheap —
+//     not both containers, or a literal, a number, None — cost one look,
+//     or no guard at all. Not bounded: lookups in a dict whose keys were
+//     made to share one hash (each compares with all of them); a dict
+//     or set growing rehashes its keys in one step (no more work than
+//     inserting them took, which was charged). Load runs the top level
+//     on a goroutine of its own and stops waiting for it abandonAfter
+//     past its deadline (freezing the globals is bounded by checkFreeze),
+//     a backstop for a step that still runs long (one regular expression
+//     match takes up to some seconds); a hook call runs on its caller's
+//     goroutine (a goroutine a call would cost more than the call).
 //
 // The package imports schemas and nothing else of whale.
 package harness

@@ -19,8 +19,10 @@ var (
 	// ErrMemory: the code passed a memory limit: one operation would have
 	// made a value larger than Options.MaxAllocBytes (or an int of more
 	// than MaxIntBits), the call allocated more than MaxMemoryBytes, a
-	// value nested deeper than MaxNesting, or the process heap passed
-	// MaxHeapBytes. The error names the limit.
+	// value nested deeper than MaxNesting, one comparison, membership
+	// test or hash would visit more than MaxCompareWork elements (a sort
+	// MaxSortWork), or the process heap passed MaxHeapBytes. The error
+	// names the limit.
 	ErrMemory = errors.New("memory limit exceeded")
 	// ErrRuntime: the Starlark code failed (division by zero, missing key,
 	// fail(), a builtin rejecting its arguments, ...).

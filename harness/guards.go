@@ -23,14 +23,23 @@ import (
 // guardBuiltins are the hidden builtins the rewritten code calls.
 var guardBuiltins = func() starlark.StringDict {
 	d := starlark.StringDict{
-		guardIndex: starlark.NewBuiltin("index", indexGuard),
-		guardSlice: starlark.NewBuiltin("slice", sliceGuard),
-		guardAttr:  starlark.NewBuiltin("getattr", attrGuard),
-		guardStar:  starlark.NewBuiltin("*args", starGuard(elemBytes)),
-		guardStar2: starlark.NewBuiltin("**kwargs", starGuard(2*elemBytes)),
+		guardIndex:   starlark.NewBuiltin("index", indexGuard),
+		guardSlice:   starlark.NewBuiltin("slice", sliceGuard),
+		guardAttr:    starlark.NewBuiltin("getattr", attrGuard),
+		guardStar:    starlark.NewBuiltin("*args", starGuard(elemBytes)),
+		guardStar2:   starlark.NewBuiltin("**kwargs", starGuard(2*elemBytes)),
+		guardKey:     starlark.NewBuiltin("key", keyGuard),
+		guardDictKey: starlark.NewBuiltin("key", dictKeyGuard),
 	}
 	for op, name := range guardedOps {
 		d[name] = binaryGuard(op)
+	}
+	for op, name := range compareOps {
+		if op == syntax.IN || op == syntax.NOT_IN {
+			d[name] = inGuard(op)
+		} else {
+			d[name] = compareGuard(op)
+		}
 	}
 	for _, op := range augOps {
 		d[augGuardName(op)] = augGuard(op)
@@ -47,10 +56,12 @@ var boundedUniverse = starlark.StringDict{
 	"int":       universeWrap("int", intPre),
 	"list":      universeWrap("list", seqPre("list", "list", elemBytes)),
 	"tuple":     universeWrap("tuple", seqPre("tuple", "tuple", elemBytes)),
-	"sorted":    universeWrap("sorted", seqPre("sorted", "list", elemBytes)),
+	"sorted":    starlark.NewBuiltin("sorted", sortedBuiltin),
+	"min":       starlark.NewBuiltin("min", minmaxBuiltin),
+	"max":       starlark.NewBuiltin("max", minmaxBuiltin),
 	"reversed":  universeWrap("reversed", seqPre("reversed", "list", elemBytes)),
 	"enumerate": universeWrap("enumerate", seqPre("enumerate", "list", 4*elemBytes)),
-	"set":       universeWrap("set", seqPre("set", "set", entryBytes)),
+	"set":       universeWrap("set", setPre),
 	"dict":      universeWrap("dict", dictPre),
 	"zip":       universeWrap("zip", zipPre),
 	"bytes":     universeWrap("bytes", bytesPre),
@@ -169,7 +180,24 @@ func dictPre(th *starlark.Thread, lim *Options, args starlark.Tuple, kwargs []st
 	if err := checkSize(lim, "dict()", "dict", n); err != nil {
 		return err
 	}
-	return charge(th, n*entryBytes)
+	if err := charge(th, n*entryBytes); err != nil {
+		return err
+	}
+	if len(args) == 1 {
+		return checkInsertAll(th, "dict()", true, args[0])
+	}
+	return nil
+}
+
+// setPre bounds set(iterable): its size, and hashing its elements.
+func setPre(th *starlark.Thread, lim *Options, args starlark.Tuple, kwargs []starlark.Tuple) error {
+	if err := seqPre("set", "set", entryBytes)(th, lim, args, kwargs); err != nil {
+		return err
+	}
+	if len(args) == 1 && len(kwargs) == 0 {
+		return checkInsertAll(th, "set()", false, args[0])
+	}
+	return nil
 }
 
 func zipPre(th *starlark.Thread, lim *Options, args starlark.Tuple, kwargs []starlark.Tuple) error {
@@ -250,7 +278,12 @@ func checkBinary(th *starlark.Thread, name string, op syntax.Token, x, y starlar
 				return sized(th, name, "tuple", int64(len(x))+int64(len(y)))
 			}
 		case *starlark.Set:
-			return charge(th, int64(x.Len())*entryBytes)
+			if y, ok := y.(*starlark.Set); ok && op == syntax.MINUS {
+				if err := charge(th, int64(x.Len())*entryBytes); err != nil {
+					return err
+				}
+				return checkInsertAll(th, name, false, x, y)
+			}
 		}
 	case syntax.STAR:
 		if xi, ok := x.(starlark.Int); ok {
@@ -293,15 +326,26 @@ func checkBinary(th *starlark.Thread, name string, op syntax.Token, x, y starlar
 			n, err := interpSize(string(f), y, int64(lim.MaxAllocBytes))
 			return textLimit(th, lim, name, n, err)
 		}
-	case syntax.PIPE:
+	case syntax.PIPE, syntax.CIRCUMFLEX, syntax.AMP:
+		// Union, symmetric difference, intersection: a copy of x, each
+		// element of y hashed.
 		switch x := x.(type) {
 		case *starlark.Dict:
-			if y, ok := y.(*starlark.Dict); ok {
-				return sized(th, name, "dict", int64(x.Len())+int64(y.Len()))
+			if y, ok := y.(*starlark.Dict); ok && op == syntax.PIPE {
+				if err := sized(th, name, "dict", int64(x.Len())+int64(y.Len())); err != nil {
+					return err
+				}
+				return checkInsertAll(th, name, false, x, y)
 			}
 		case *starlark.Set:
 			if y, ok := y.(*starlark.Set); ok {
-				return sized(th, name, "set", int64(x.Len())+int64(y.Len()))
+				if op == syntax.AMP {
+					return checkInsertAll(th, name, false, y)
+				}
+				if err := sized(th, name, "set", int64(x.Len())+int64(y.Len())); err != nil {
+					return err
+				}
+				return checkInsertAll(th, name, false, x, y)
 			}
 		}
 	case syntax.LTLT:
@@ -349,6 +393,9 @@ func augGuard(op syntax.Token) *starlark.Builtin {
 			if xd, ok := x.(*starlark.Dict); ok {
 				if yd, ok := y.(*starlark.Dict); ok {
 					if err := sized(th, name, "dict", int64(xd.Len())+int64(yd.Len())); err != nil {
+						return nil, err
+					}
+					if err := checkInsertAll(th, name, false, yd); err != nil {
 						return nil, err
 					}
 					for k, v := range yd.Entries() {
@@ -408,6 +455,9 @@ func indexGuard(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, k
 	x, y := args[0], args[1]
 	switch x := x.(type) {
 	case starlark.Mapping: // dict
+		if err := checkKey(th, "index", y); err != nil {
+			return nil, err
+		}
 		z, found, err := x.Get(y)
 		if err != nil {
 			return nil, err
@@ -776,6 +826,8 @@ var listChecks = map[string]methodCheck{
 		}
 		return nil
 	},
+	"index":  memberCheck("index"),
+	"remove": memberCheck("remove"),
 }
 
 var dictChecks = map[string]methodCheck{
@@ -784,11 +836,20 @@ var dictChecks = map[string]methodCheck{
 		if len(args) > 0 {
 			n += int64(max(starlark.Len(args[0]), 0))
 		}
-		return sized(th, "update", "dict", int64(x.(*starlark.Dict).Len())+n)
+		if err := sized(th, "update", "dict", int64(x.(*starlark.Dict).Len())+n); err != nil {
+			return err
+		}
+		if len(args) == 1 {
+			return checkInsertAll(th, "update", true, args[0])
+		}
+		return nil
 	},
-	"items":  dictViewCheck("items", 4*elemBytes),
-	"keys":   dictViewCheck("keys", elemBytes),
-	"values": dictViewCheck("values", elemBytes),
+	"items":      dictViewCheck("items", 4*elemBytes),
+	"keys":       dictViewCheck("keys", elemBytes),
+	"values":     dictViewCheck("values", elemBytes),
+	"get":        keyArgCheck("get"),
+	"setdefault": keyArgCheck("setdefault"),
+	"pop":        keyArgCheck("pop"),
 }
 
 // dictViewCheck bounds d.items(), d.keys() and d.values(), lists as long
@@ -808,16 +869,31 @@ var setChecks = map[string]methodCheck{
 	"symmetric_difference": setOpCheck,
 	"difference":           setOpCheck,
 	"intersection":         setOpCheck,
+	"update":               setOpCheck,
+	"issubset":             setTestCheck,
+	"issuperset":           setTestCheck,
+	"add":                  keyArgCheck("add"),
+	"discard":              keyArgCheck("discard"),
+	"remove":               keyArgCheck("remove"),
 }
 
 // setOpCheck bounds s.union(*others) and its kind by the sum of the
-// sizes.
+// sizes, and hashing the elements of s (copied) and of the others.
 func setOpCheck(th *starlark.Thread, lim *Options, x starlark.Value, args starlark.Tuple, kwargs []starlark.Tuple) error {
 	n := int64(x.(*starlark.Set).Len())
 	for _, a := range args {
 		n += int64(max(starlark.Len(a), 0))
 	}
-	return sized(th, "set operation", "set", n)
+	if err := sized(th, "set operation", "set", n); err != nil {
+		return err
+	}
+	return checkInsertAll(th, "set operation", false, append(starlark.Tuple{x}, args...)...)
+}
+
+// setTestCheck bounds s.issubset(other) and s.issuperset(other), which
+// look each element of other up in s.
+func setTestCheck(th *starlark.Thread, lim *Options, x starlark.Value, args starlark.Tuple, kwargs []starlark.Tuple) error {
+	return checkInsertAll(th, "set operation", false, args...)
 }
 
 // interpSize bounds the length of format % x (Starlark's interpolate):

@@ -228,6 +228,13 @@ func Load(filename string, src []byte, opts Options) (*Harness, error) {
 			cause:     he.cause,
 		}
 	}
+	// The rewrite's hidden temporaries (rewrite.go) are no part of the
+	// module.
+	for name := range globals {
+		if strings.HasPrefix(name, hiddenPrefix) {
+			delete(globals, name)
+		}
+	}
 	if err := checkFreeze(globals); err != nil {
 		return fail([]Problem{{Pos: Pos{File: filename}, Msg: "top level: " + err.Error()}}, ErrMemory, err)
 	}

@@ -37,6 +37,17 @@ const (
 	// (and a typical one, a pattern of a few dozen instructions over a
 	// few MiB, some milliseconds).
 	maxRegexWork = 1 << 27
+	// MaxCompareWork bounds the elements one comparison (== != < <= > >=),
+	// membership test (in, not in, l.index, l.remove), hash of a dict key
+	// or set element, or bulk insertion (dict(), set(), d.update, s | t,
+	// ...) visits, counted as Starlark visits them: a shared list or tuple
+	// each time it is reached, a string as one element per 256 bytes
+	// compared or 128 bytes hashed. Starlark does each of these in one
+	// step that no deadline interrupts; 2^22 visits take some tens of
+	// milliseconds. MaxSortWork bounds the comparisons of one sorted(),
+	// min() or max() together (a sort of n keys makes some n·log2(n)).
+	MaxCompareWork = 1 << 22
+	MaxSortWork    = 2 * MaxCompareWork
 
 	// What a value costs, for the limits: a list or tuple element is an
 	// interface (16 bytes), a dict or set entry some 64 bytes with its
@@ -60,6 +71,12 @@ func (e *limitError) Unwrap() error { return e.kind }
 
 func memoryError(format string, args ...any) error {
 	return &limitError{kind: ErrMemory, msg: "memory limit: " + fmt.Sprintf(format, args...)}
+}
+
+// tooMuchWork is the error of an operation (op) that would visit more
+// than max elements of its operands (MaxCompareWork or MaxSortWork).
+func tooMuchWork(op string, max int64, limit string) error {
+	return memoryError("%s would visit more than %d elements of its operands (%s); compare, hash or sort smaller values, or values that share less", op, max, limit)
 }
 
 // tooLarge is the error of an operation whose result would pass the

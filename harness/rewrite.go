@@ -22,12 +22,27 @@ import (
 //	x.join, x.format, x.replace, x.split, ...    →  ·attr(x, "join"), ...
 //	f(*args, **kwargs)                           →  f(*·star(args), **·star(kwargs))
 //
+// Comparing and hashing nested values can take unbounded time in one step
+// (compare.go), so comparisons, membership tests and dict keys go through
+// guards too, as do the methods that hash or compare their argument:
+//
+//	x == y, x != y, x < y, ... x in y, x not in y  →  ·==(x, y), ..., ·in(x, y), ·not in(x, y)
+//	{k: v}, {k: v for ...}, d[k] = v               →  {·key(k): v}, ..., d[·key(k)] = v
+//	{k1: v1, k2: v2}                               →  {·dictkey(k1): v1, ·dictkey(k2): v2}
+//	x.get(k), x.add(k), x.index(k), ...            →  ·attr(x, "get")(k), ...
+//
 // The guards' names start with "·", which no identifier can, so harness
 // code can neither call nor shadow them. Positions are kept: a guard's call
 // sits at its operator, so errors point where they did. Operations whose
 // result cannot be large are left to the interpreter: i + 1, n % 2 (an
 // operand is a number literal), "-" * 40 (literals with a small product),
-// and the and/or, comparison and in operators.
+// and the and/or operators; so are comparisons, membership tests, keys and
+// method calls whose operand is cheap to compare and hash (cheap: x ==
+// "done", n > 0, k in ("a", "b"), x == None, d.get("k"), {"role": r}).
+//
+// At the top level the hidden temporaries of a[i] op= y are globals: they
+// are set back to 0 after the statement, so that they hold nothing, and
+// Load drops them from the module's globals.
 const (
 	hiddenPrefix = "·"
 	guardIndex   = hiddenPrefix + "index"
@@ -35,6 +50,10 @@ const (
 	guardAttr    = hiddenPrefix + "attr"
 	guardStar    = hiddenPrefix + "star"
 	guardStar2   = hiddenPrefix + "starstar"
+	guardKey     = hiddenPrefix + "key"
+	guardDictKey = hiddenPrefix + "dictkey"
+	tempX        = hiddenPrefix + "t1" // a[i] op= y: a
+	tempI        = hiddenPrefix + "t2" // a[i] op= y: i
 )
 
 // sliceParams name the bounds of ·slice(x, lo=, hi=, step=).
@@ -49,6 +68,22 @@ var guardedOps = map[syntax.Token]string{
 	syntax.PIPE:    hiddenPrefix + "|",
 	syntax.MINUS:   hiddenPrefix + "-",
 	syntax.LTLT:    hiddenPrefix + "<<",
+	// Sets: & and ^ hash the elements of their operands.
+	syntax.AMP:        hiddenPrefix + "&",
+	syntax.CIRCUMFLEX: hiddenPrefix + "^",
+}
+
+// compareOps are the comparison and membership operators, with their
+// guards' names (compare.go).
+var compareOps = map[syntax.Token]string{
+	syntax.EQL:    hiddenPrefix + "==",
+	syntax.NEQ:    hiddenPrefix + "!=",
+	syntax.LT:     hiddenPrefix + "<",
+	syntax.LE:     hiddenPrefix + "<=",
+	syntax.GT:     hiddenPrefix + ">",
+	syntax.GE:     hiddenPrefix + ">=",
+	syntax.IN:     hiddenPrefix + "in",
+	syntax.NOT_IN: hiddenPrefix + "not in",
 }
 
 // augOps maps an augmented assignment's token to its binary operator.
@@ -71,22 +106,34 @@ var augOps = map[syntax.Token]syntax.Token{
 func augGuardName(op syntax.Token) string { return hiddenPrefix + op.String() + "=" }
 
 // guardedMethods are the methods of strings, lists, dicts and sets whose
-// result can be large; x.name for these names goes through ·attr, which
-// hands out a bounded version of the method (guards.go).
+// result can be large, or that hash or compare their argument (keyMethods);
+// x.name for these names goes through ·attr, which hands out a bounded
+// version of the method (guards.go).
 var guardedMethods = map[string]bool{
 	"join": true, "format": true, "replace": true, "split": true, "rsplit": true, "splitlines": true,
 	"upper": true, "lower": true, "title": true, "capitalize": true,
 	"extend": true, "update": true, "items": true, "keys": true, "values": true,
 	"union": true, "difference": true, "intersection": true, "symmetric_difference": true,
+	"issubset": true, "issuperset": true,
+	"get": true, "setdefault": true, "pop": true, "add": true, "discard": true, "remove": true, "index": true,
+}
+
+// keyMethods are the methods of guardedMethods that only hash or compare
+// their argument: called with cheap arguments (d.get("k"), l.pop()), they
+// are left to the interpreter.
+var keyMethods = map[string]bool{
+	"get": true, "setdefault": true, "pop": true, "add": true, "discard": true, "remove": true, "index": true,
+	"issubset": true, "issuperset": true,
 }
 
 // rewriter rewrites one file's syntax tree (see the comment above).
 type rewriter struct {
-	temps int // hidden temporaries made so far
+	inDef   int             // nesting of def statements: 0 at the top level
+	rebound map[string]bool // None, True, False where the file binds them
 }
 
 func rewriteFile(f *syntax.File) {
-	rw := &rewriter{}
+	rw := &rewriter{rebound: reboundConstants(f)}
 	f.Stmts = rw.stmts(f.Stmts)
 }
 
@@ -109,7 +156,9 @@ func (rw *rewriter) stmt(s syntax.Stmt) []syntax.Stmt {
 		return rw.augmented(s)
 	case *syntax.DefStmt:
 		rw.params(s.Params)
+		rw.inDef++
 		s.Body = rw.stmts(s.Body)
+		rw.inDef--
 	case *syntax.ExprStmt:
 		s.X = rw.expr(s.X)
 	case *syntax.ForStmt:
@@ -133,7 +182,8 @@ func (rw *rewriter) stmt(s syntax.Stmt) []syntax.Stmt {
 
 // augmented rewrites x op= y. A plain name is evaluated twice at no cost;
 // a[i] and a.f have their operands evaluated once, into hidden
-// temporaries, as the interpreter would.
+// temporaries, as the interpreter would. (The key of a[i] need not go
+// through ·key: ·index hashes it first, and refuses what is too costly.)
 func (rw *rewriter) augmented(s *syntax.AssignStmt) []syntax.Stmt {
 	op, ok := augOps[s.Op]
 	if !ok {
@@ -144,14 +194,14 @@ func (rw *rewriter) augmented(s *syntax.AssignStmt) []syntax.Stmt {
 	pos := s.OpPos
 	switch lhs := s.LHS.(type) {
 	case *syntax.Ident:
-		if _, guarded := guardedOps[op]; !guarded || ((op == syntax.PLUS || op == syntax.MINUS || op == syntax.PERCENT) && isNumber(s.RHS)) {
+		if _, guarded := guardedOps[op]; !guarded || (numberOperandIsSmall(op) && isNumber(s.RHS)) {
 			s.RHS = rw.expr(s.RHS) // i += 1: the interpreter's own
 			return []syntax.Stmt{s}
 		}
 		rhs := call(pos, augGuardName(op), ident(lhs.NamePos, lhs.Name), rw.expr(s.RHS))
 		return []syntax.Stmt{&syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: lhs, RHS: rhs}}
 	case *syntax.IndexExpr:
-		x, i := rw.temp(), rw.temp()
+		x, i := tempX, tempI
 		pre := []syntax.Stmt{
 			assign(lhs.Lbrack, x, rw.expr(lhs.X)),
 			assign(lhs.Lbrack, i, rw.expr(lhs.Y)),
@@ -159,32 +209,44 @@ func (rw *rewriter) augmented(s *syntax.AssignStmt) []syntax.Stmt {
 		cur := call(lhs.Lbrack, guardIndex, ident(lhs.Lbrack, x), ident(lhs.Lbrack, i))
 		rhs := call(pos, augGuardName(op), cur, rw.expr(s.RHS))
 		target := &syntax.IndexExpr{X: ident(lhs.Lbrack, x), Lbrack: lhs.Lbrack, Y: ident(lhs.Lbrack, i), Rbrack: lhs.Rbrack}
-		return append(pre, &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: target, RHS: rhs})
+		out := append(pre, &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: target, RHS: rhs})
+		return append(out, rw.release(pos, x, i)...)
 	case *syntax.DotExpr:
-		x := rw.temp()
+		x := tempX
 		pre := []syntax.Stmt{assign(lhs.Dot, x, rw.expr(lhs.X))}
 		cur := rw.expr(&syntax.DotExpr{X: ident(lhs.Dot, x), Dot: lhs.Dot, NamePos: lhs.NamePos, Name: ident(lhs.NamePos, lhs.Name.Name)})
 		rhs := call(pos, augGuardName(op), cur, rw.expr(s.RHS))
 		target := &syntax.DotExpr{X: ident(lhs.Dot, x), Dot: lhs.Dot, NamePos: lhs.NamePos, Name: ident(lhs.NamePos, lhs.Name.Name)}
-		return append(pre, &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: target, RHS: rhs})
+		out := append(pre, &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: target, RHS: rhs})
+		return append(out, rw.release(pos, x)...)
 	}
 	// Anything else is a resolve error the compiler reports as it is.
 	s.RHS = rw.expr(s.RHS)
 	return []syntax.Stmt{s}
 }
 
-func (rw *rewriter) temp() string {
-	rw.temps++
-	return hiddenPrefix + "t" + strconv.Itoa(rw.temps)
+// release sets hidden temporaries back to 0 after the statement that used
+// them, at the top level, where they are globals and would keep their
+// values alive (inside a def they are locals, gone at the return).
+func (rw *rewriter) release(pos syntax.Position, names ...string) []syntax.Stmt {
+	if rw.inDef > 0 {
+		return nil
+	}
+	out := make([]syntax.Stmt, len(names))
+	for i, name := range names {
+		out[i] = assign(pos, name, &syntax.Literal{Token: syntax.INT, TokenPos: pos, Raw: "0", Value: int64(0)})
+	}
+	return out
 }
 
 // target rewrites what an assignment stores to: the operands of a[i] and
-// a.f are ordinary expressions, the names themselves stay.
+// a.f are ordinary expressions (the key of a[i] goes through ·key), the
+// names themselves stay.
 func (rw *rewriter) target(e syntax.Expr) syntax.Expr {
 	switch e := e.(type) {
 	case *syntax.IndexExpr:
 		e.X = rw.expr(e.X)
-		e.Y = rw.expr(e.Y)
+		e.Y = rw.key(e.Lbrack, rw.expr(e.Y), guardKey)
 	case *syntax.DotExpr:
 		e.X = rw.expr(e.X)
 	case *syntax.TupleExpr:
@@ -221,6 +283,12 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 	case *syntax.BinaryExpr:
 		e.X = rw.expr(e.X)
 		e.Y = rw.expr(e.Y)
+		if name, ok := compareOps[e.Op]; ok {
+			if rw.cheap(e.X) || rw.cheap(e.Y) {
+				return e // comparing with a cheap value takes one look
+			}
+			return call(e.OpPos, name, e.X, e.Y)
+		}
 		name, ok := guardedOps[e.Op]
 		if !ok || smallResult(e) {
 			return e
@@ -246,7 +314,11 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 		name := &syntax.Literal{Token: syntax.STRING, TokenPos: e.NamePos, Raw: strconv.Quote(e.Name.Name), Value: e.Name.Name}
 		return call(e.Dot, guardAttr, e.X, name)
 	case *syntax.CallExpr:
-		e.Fn = rw.expr(e.Fn)
+		if dot, ok := e.Fn.(*syntax.DotExpr); ok && keyMethods[dot.Name.Name] && rw.cheapArgs(e.Args) {
+			dot.X = rw.expr(dot.X) // d.get("k"), l.pop(): the interpreter's
+		} else {
+			e.Fn = rw.expr(e.Fn)
+		}
 		for i, a := range e.Args {
 			switch a := a.(type) {
 			case *syntax.BinaryExpr: // name=value
@@ -281,12 +353,19 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 	case *syntax.TupleExpr:
 		rw.exprs(e.List)
 	case *syntax.DictExpr:
+		guard := guardKey
+		if len(e.List) > 1 {
+			guard = guardDictKey // a duplicate key is an error that prints it
+		}
 		for _, x := range e.List {
 			if de, ok := x.(*syntax.DictEntry); ok {
-				de.Key = rw.expr(de.Key)
+				de.Key = rw.key(de.Colon, rw.expr(de.Key), guard)
 				de.Value = rw.expr(de.Value)
 			}
 		}
+	case *syntax.DictEntry: // the body of a dict comprehension
+		e.Key = rw.key(e.Colon, rw.expr(e.Key), guardKey)
+		e.Value = rw.expr(e.Value)
 	case *syntax.Comprehension:
 		for _, c := range e.Clauses {
 			switch c := c.(type) {
@@ -305,17 +384,34 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 	return e
 }
 
+// key is a dict key k about to be hashed, through the guard unless it is
+// cheap.
+func (rw *rewriter) key(pos syntax.Position, k syntax.Expr, guard string) syntax.Expr {
+	if rw.cheap(k) {
+		return k
+	}
+	return call(pos, guard, k)
+}
+
+// numberOperandIsSmall reports whether x op n, for a number literal n,
+// cannot make a large value: adding, subtracting, or taking the remainder
+// (a string % 7 formats one small argument), and the bitwise operators
+// (a set & 1 is an error).
+func numberOperandIsSmall(op syntax.Token) bool {
+	switch op {
+	case syntax.PLUS, syntax.MINUS, syntax.PERCENT, syntax.AMP, syntax.PIPE, syntax.CIRCUMFLEX:
+		return true
+	}
+	return false
+}
+
 // smallResult reports whether a guarded binary operation can be left to
-// the interpreter: adding, subtracting or taking the remainder by a number
-// literal cannot make a large value (a string % 7 formats one small
-// argument), nor can adding two literals or repeating a literal a few
-// times ("-" * 40).
+// the interpreter: an operation with a number literal that cannot make a
+// large value (numberOperandIsSmall), adding two literals or repeating a
+// literal a few times ("-" * 40).
 func smallResult(e *syntax.BinaryExpr) bool {
-	switch e.Op {
-	case syntax.PLUS, syntax.MINUS, syntax.PERCENT:
-		if isNumber(e.Y) || (e.Op != syntax.PERCENT && isNumber(e.X)) {
-			return true
-		}
+	if numberOperandIsSmall(e.Op) && (isNumber(e.Y) || (e.Op != syntax.PERCENT && isNumber(e.X))) {
+		return true
 	}
 	x, xok := e.X.(*syntax.Literal)
 	y, yok := e.Y.(*syntax.Literal)
@@ -339,6 +435,147 @@ func smallResult(e *syntax.BinaryExpr) bool {
 	a, aok := size(x)
 	b, bok := size(y)
 	return aok && bok && a*b <= 1<<16
+}
+
+// cheapNodes bounds the size of a literal list, tuple or dict that counts
+// as cheap: x in B compares it with every element of B.
+const cheapNodes = 16
+
+// cheap reports whether e is sure to evaluate to a value that is cheap to
+// compare with anything and to hash: a number or bool (a literal, an
+// arithmetic or comparison result, None, True, False where the file does
+// not rebind them), a string or bytes literal of a few hundred bytes, or a
+// small literal list, tuple or dict of such values.
+func (rw *rewriter) cheap(e syntax.Expr) bool {
+	n := cheapNodes
+	return rw.cheapN(e, &n)
+}
+
+func (rw *rewriter) cheapN(e syntax.Expr, n *int) bool {
+	if *n--; *n < 0 {
+		return false
+	}
+	switch e := e.(type) {
+	case *syntax.Literal:
+		if s, ok := e.Value.(string); ok {
+			return len(s) < cmpStringBytes
+		}
+		return true
+	case *syntax.Ident:
+		switch e.Name {
+		case "None", "True", "False":
+			return !rw.rebound[e.Name]
+		}
+	case *syntax.ParenExpr:
+		return rw.cheapN(e.X, n)
+	case *syntax.UnaryExpr:
+		// not x is a bool; -x, +x and ~x a number or an error.
+		return e.Op == syntax.NOT || e.Op == syntax.MINUS || e.Op == syntax.PLUS || e.Op == syntax.TILDE
+	case *syntax.BinaryExpr:
+		switch e.Op {
+		case syntax.EQL, syntax.NEQ, syntax.LT, syntax.LE, syntax.GT, syntax.GE, syntax.IN, syntax.NOT_IN,
+			syntax.SLASH, syntax.SLASHSLASH, syntax.LTLT, syntax.GTGT:
+			return true // a bool or a number, or an error
+		case syntax.AND, syntax.OR:
+			return rw.cheapN(e.X, n) && rw.cheapN(e.Y, n)
+		case syntax.PLUS, syntax.MINUS, syntax.AMP, syntax.PIPE, syntax.CIRCUMFLEX:
+			return isNumber(e.X) || isNumber(e.Y) // a number, or an error
+		}
+	case *syntax.CondExpr:
+		return rw.cheapN(e.True, n) && rw.cheapN(e.False, n)
+	case *syntax.ListExpr:
+		return rw.cheapList(e.List, n)
+	case *syntax.TupleExpr:
+		return rw.cheapList(e.List, n)
+	case *syntax.DictExpr:
+		for _, x := range e.List {
+			de, ok := x.(*syntax.DictEntry)
+			if !ok || !rw.cheapN(de.Key, n) || !rw.cheapN(de.Value, n) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (rw *rewriter) cheapList(list []syntax.Expr, n *int) bool {
+	for _, x := range list {
+		if !rw.cheapN(x, n) {
+			return false
+		}
+	}
+	return true
+}
+
+// cheapArgs reports whether a call's arguments are all cheap (no *args).
+func (rw *rewriter) cheapArgs(args []syntax.Expr) bool {
+	for _, a := range args {
+		if b, ok := a.(*syntax.BinaryExpr); ok && b.Op == syntax.EQ {
+			a = b.Y // name=value
+		}
+		if !rw.cheap(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// reboundConstants finds which of None, True and False the file binds
+// anywhere (a global, a local, a parameter, a loop variable): there they
+// are not known to be cheap.
+func reboundConstants(f *syntax.File) map[string]bool {
+	var found map[string]bool
+	var bind func(e syntax.Expr)
+	bind = func(e syntax.Expr) {
+		switch e := e.(type) {
+		case *syntax.Ident:
+			switch e.Name {
+			case "None", "True", "False":
+				if found == nil {
+					found = map[string]bool{}
+				}
+				found[e.Name] = true
+			}
+		case *syntax.TupleExpr:
+			for _, x := range e.List {
+				bind(x)
+			}
+		case *syntax.ListExpr:
+			for _, x := range e.List {
+				bind(x)
+			}
+		case *syntax.ParenExpr:
+			bind(e.X)
+		case *syntax.BinaryExpr: // a parameter with a default
+			bind(e.X)
+		case *syntax.UnaryExpr: // *args, **kwargs
+			if e.X != nil {
+				bind(e.X)
+			}
+		}
+	}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.AssignStmt:
+			bind(n.LHS)
+		case *syntax.DefStmt:
+			bind(n.Name)
+			for _, p := range n.Params {
+				bind(p)
+			}
+		case *syntax.LambdaExpr:
+			for _, p := range n.Params {
+				bind(p)
+			}
+		case *syntax.ForStmt:
+			bind(n.Vars)
+		case *syntax.ForClause:
+			bind(n.Vars)
+		}
+		return true
+	})
+	return found
 }
 
 func isNumber(e syntax.Expr) bool {

@@ -219,6 +219,82 @@ v = dict()
 w = str(1 << 70)
 x = [x * 2 for x in range(3)]
 `,
+		// Comparisons and membership tests, guarded (operands that are
+		// not cheap) and not (a literal operand).
+		`x = [1, [2, 3]]
+y = [1, [2, 3]]
+z = [1, [2, 4]]
+t = (1, "a", (2.5, None))
+u = (1, "a", (2.5, None))
+nan = float("nan")
+a = [x == y, x != y, x < z, x <= y, x > z, x >= z, z > x]
+b = [t == u, t < (1, "b"), t != u, (t, t) == (u, u), [t] < [u]]
+c = [x in [y], z in [x, y], x not in [z], t in [u], t in (u,), t not in [x]]
+d = [{"a": x} == {"a": y}, {"a": x} != {"a": z}, {"a": x} == {"b": x}, {t: 1} == {u: 1}]
+e = [set([t]) == set([u]), set([1]) < set([1, 2]), set([1, 2]) >= set([2]), set([1]) > set([1]), set([t]) <= set([u, 1])]
+f = [[nan] == [nan], (nan,) != (nan,), nan == nan, [1] == [1.0], 1 == 1.0, [1] == (1,), x == t]
+g = ["ab" < "b", "a" in "cat", 2 in range(5), None == None, x == None, t != None]
+h = [len(x) == 2, x[0] < x[1][0], "k" in {"k": 1}, 3 not in {"k": 1}]
+big = list(range(1000))
+big2 = list(range(1000))
+i = [big == big2, big < big2 + [0], [big] * 3 == [big2] * 3, (big,) in [(big2,)]]
+s = "x" * 300
+s2 = "x" * 300
+j = [s == s2, s in [s2], s < s2 + "y", s in {s2: 1}]
+k = [x in {"a": 1}, [x] in {"a": 1}, t in t, x in t]
+def n(v):
+    return v == [1] or v in ([1], [2])
+l = [n([1]), n([2]), n([3])]
+`,
+		// Hashing: dict keys, lookups, set elements, methods, operators.
+		`t = (1, (2, 3))
+u = (1, (2, 3))
+a = {t: 1, (4,): 2}
+a[u] = 3
+a[(5, 6)] = 4
+b = {k: v for k, v in [(t, 1), (u, 2)]}
+c = [a[t], a.get(u), a.get((9,), 0), t in a, (9,) not in a, a.setdefault((7,), 8), a.pop((7,)), a.pop((7,), None)]
+d = dict([(t, 1), (u, 2)])
+d.update([((3,), 4)])
+d.update({(5,): 6})
+d |= {t: 9}
+e = d | {(6,): 7}
+s = set([t, u, (3,)])
+s.add((4, 5))
+s.discard((3,))
+s.remove((4, 5))
+f = [t in s, (3,) in s, s.issubset([t, u, 1]), s.issuperset([u])]
+g = [s | set([(8,)]), s & set([u]), s ^ set([u, (9,)]), s - set([t]), s.union([(1,)]), s.intersection([u]), s.difference([u]), s.symmetric_difference([(2,)])]
+s2 = set([1, 2])
+s2 &= set([2, 3])
+s3 = set([1])
+s3 ^= set([1, 4])
+s4 = set()
+s4.update([(1,), (2,)], [(3,)])
+h = [6 & 3, 6 ^ 3, 6 | 3]
+m = 6
+m &= 3
+m ^= 1
+l = [[1, 2], [3]]
+l2 = [3]
+i = [l.index(l2), l.index([1, 2])]
+l.remove(l2)
+key = "k"
+j = {key: 1, "other": 2}
+j[key] += 1
+`,
+		// sorted, min and max: the same order and stability.
+		`x = [[2, "b"], [1, "z"], [2, "a"], [1, "z"], [0]]
+a = sorted(x)
+b = sorted(x, reverse=True)
+c = sorted(x, key=lambda p: p[0])
+d = sorted(x, key=lambda p: p[0], reverse=True)
+e = [min(x), max(x), min(x, key=len), max(x, key=lambda p: p[-1] if len(p) > 1 else ""), min(3, 1, 2), max("ab", "b")]
+f = sorted({(2, 1): 1, (1, 2): 2})
+g = sorted(["b", "a", "c"]) + sorted([3.5, 1, 2])
+h = [sorted([(1, [2]), (1, [1])]), max([[1], [1, 0]]), min([(2,), (1, 5)])]
+i = sorted(set([(3,), (1,), (2,)]))
+`,
 	}
 	for i, src := range programs {
 		want, wantErr := nativeExec(t, src)
@@ -265,6 +341,54 @@ x["b"] += 1`,
 		`x = getattr(1, "nope")`,
 		`x = int("12x")`,
 		`x = 1 << -1`,
+		// Comparisons and hashing, through the guards.
+		"a = [1]\nb = (1,)\nx = a < b",
+		"a = {}\nb = {}\nx = a < b",
+		"a = [1]\nb = [\"a\"]\nx = a < b",
+		"a = [[1]]\nb = [[\"a\"]]\nx = a > b",
+		"a = set([1])\nb = [1]\nx = a <= b",
+		"a = 1\nb = 2\nx = a in b",
+		"a = [1]\nb = set()\nx = a in b",
+		"a = (1, [1])\nb = set()\nx = a in b",
+		"k = [1]\nx = {k: 1}",
+		"k = (1, [2])\nx = {k: 1}",
+		"k = (1, [2])\nx = {k: 1, 2: 3}",
+		"k = (1,)\nx = {k: 1, k: 2}",
+		"k = (1, [2])\nx = {}\nx[k] = 1",
+		"k = (1, [2])\nx = {}\nx[k] += 1",
+		"k = (1, [2])\nx = {1: 2}[k]",
+		"k = (1, [2])\nx = {k: 1 for i in [1]}",
+		"l = []\nl.append(l)\nx = l == l",
+		"t = ((((((((((((1,),),),),),),),),),),),)\nx = t == t",
+		"t = ((((((((((((1,),),),),),),),),),),),)\nx = {t: 1, t: 2}",
+		"a = [1, \"a\"]\nx = sorted(a)",
+		"a = [[1], [\"a\"]]\nx = sorted(a)",
+		"a = [[1], [\"a\"], [2]]\nx = sorted(a, key=lambda v: v, reverse=True)",
+		"a = [1, 2]\nx = sorted(a, key=lambda v: v[0])",
+		"a = [1]\nx = sorted(a, key=1)",
+		"x = sorted()",
+		"x = min([])",
+		"x = max(1)",
+		"x = min()",
+		"a = [[1], [\"a\"]]\nx = max(a)",
+		"a = [1, \"a\"]\nx = min(a)",
+		"a = [1]\nx = max(a, k=len)",
+		"a = [[1]]\nb = [3]\nx = a.index(b)",
+		"a = [[1]]\nb = [3]\na.remove(b)",
+		"x = set()\nk = (1,)\nx.remove(k)",
+		"x = set()\nk = (1, [1])\nx.add(k)",
+		"x = {}\nk = (1,)\ny = x.pop(k)",
+		"x = {}\nk = [1]\ny = x.get(k)",
+		"k = [[1]]\nx = set(k)",
+		"k = [([1], 2)]\nx = dict(k)",
+		"k = [(1, 2, 3)]\nx = dict(k)",
+		"k = [([1], 2)]\nx = {}\nx.update(k)",
+		"a = set([1])\nb = [1]\nx = a & b",
+		"a = set([1])\nb = [1]\nx = a ^ b",
+		"a = set([1])\na &= [1]",
+		"a = set([1])\nb = [[1]]\nx = a.union(b)",
+		"a = set([1])\nb = [[1]]\nx = a.issubset(b)",
+		"a = {}\nb = {[1]: 2}",
 	}
 	for _, src := range errs {
 		_, wantErr := nativeExec(t, src)
