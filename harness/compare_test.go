@@ -14,7 +14,7 @@ import (
 
 // Comparisons and hashes that go.starlark.net does in one uninterruptible
 // step, each of which visits 10⁹ to 10¹² elements: each is an error naming
-// the limit within a second, at the top level and inside a hook, and the
+// the limit within seconds, at the top level and inside a hook, and the
 // process (this test) survives.
 func TestComparisonsAreBounded(t *testing.T) {
 	const (
@@ -75,7 +75,9 @@ func TestComparisonsAreBounded(t *testing.T) {
 				limit = "MaxSortWork"
 			}
 			wantContains(t, "error", err.Error(), "memory limit: "+tc.limit, limit)
-			if el > time.Second {
+			// Unbounded, each takes hours; the bound is loose so that a
+			// loaded CI machine or the race detector (1-3 s) passes.
+			if el > 30*time.Second {
 				t.Errorf("took %v", el)
 			}
 		}
