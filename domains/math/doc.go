@@ -15,7 +15,10 @@
 //     down after retries, bwrap cannot start) or ctx ended. Output beyond
 //     the runner's limit is cut and Truncated is set.
 //   - SandboxFusion talks to a SandboxFusion-compatible service
-//     (POST /run_code); LocalPython runs python3 here under bubblewrap:
+//     (POST /run_code): a response of Success or Failed is the program's
+//     outcome whatever its commands' statuses (Finished, TimeLimitExceeded
+//     or Error), a SandboxError is the service's failure and is retried;
+//     LocalPython runs python3 here under bubblewrap:
 //     own user, mount, PID and network namespaces; a read-only view of
 //     /usr, the loader's files of /etc and the interpreter's prefix (no
 //     /home, /root, bucket or host /proc); a private size-limited /tmp; an

@@ -121,6 +121,13 @@ type sfRequest struct {
 	MemoryLimitMB int     `json:"memory_limit_MB"`
 }
 
+// sfResponse is SandboxFusion's RunCodeResponse. Its status is Success
+// (every command finished with code 0), Failed (a command exited non-zero,
+// ran out of time, or, in compatible services such as verl's clients
+// expect, ended in Error) or SandboxError (the service could not run the
+// program: upstream SandboxFusion reports a command that failed to start
+// or be read, CommandRunStatus Error, this way, and also any exception of
+// its own).
 type sfResponse struct {
 	Status        string     `json:"status"` // Success, Failed, SandboxError
 	Message       string     `json:"message"`
@@ -128,6 +135,8 @@ type sfResponse struct {
 	RunResult     *sfCommand `json:"run_result"`
 }
 
+// sfCommand is a CommandRunResult: Finished (the process ended by itself,
+// any return code), TimeLimitExceeded (killed at run_timeout) or Error.
 type sfCommand struct {
 	Status        string   `json:"status"` // Finished, Error, TimeLimitExceeded
 	ExecutionTime *float64 `json:"execution_time"`
@@ -247,6 +256,11 @@ func (s *SandboxFusion) result(resp sfResponse) (RunResult, error) {
 			// Without a memory limit a SIGKILL is not ours to explain.
 			res.Status = StatusError
 		}
+	case "Error":
+		// Outside a SandboxError response (call retries those as the
+		// service's failure), an Error command is the program's: the
+		// model sees what it printed, as after an exception.
+		res.Status = StatusError
 	default:
 		return res, fmt.Errorf("sandbox fusion %s: run status %q in a %q response", s.safeURL, cmd.Status, resp.Status)
 	}

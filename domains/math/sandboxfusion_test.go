@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/whalerun/whale/harness"
 )
 
 // FakeSandboxFusion is a stand-in for the SandboxFusion service: it checks
@@ -140,6 +142,19 @@ func TestSandboxFusionResults(t *testing.T) {
 		{"compile error", fakeReply{body: map[string]any{"status": "Failed", "message": "",
 			"compile_result": map[string]any{"status": "Finished", "return_code": 1, "stderr": "syntax"}, "run_result": nil}},
 			RunResult{Stderr: "syntax", ExitCode: 1, Status: StatusError}, ""},
+		// A command that ended in Error outside a SandboxError response is
+		// the program's outcome: verl's client reads Failed + Error as a
+		// runtime error, so the model sees what it printed.
+		{"run Error in Failed", fakeReply{body: sfReply("Failed", "Error", nil, "so far\n", traceback)},
+			RunResult{Stdout: "so far\n", Stderr: traceback, ExitCode: -1, Status: StatusError, Duration: 250 * time.Millisecond}, ""},
+		{"run Error with its return code", fakeReply{body: sfReply("Failed", "Error", intp(1), "", traceback)},
+			RunResult{Stderr: traceback, ExitCode: 1, Status: StatusError, Duration: 250 * time.Millisecond}, ""},
+		{"run Error in Success", fakeReply{body: sfReply("Success", "Error", nil, "", "odd")},
+			RunResult{Stderr: "odd", ExitCode: -1, Status: StatusError, Duration: 250 * time.Millisecond}, ""},
+		{"compile Error", fakeReply{body: map[string]any{"status": "Failed", "message": "",
+			"compile_result": map[string]any{"status": "Error", "return_code": 1, "stderr": "Object name not found."}, "run_result": nil}},
+			RunResult{Stderr: "Object name not found.", ExitCode: 1, Status: StatusError}, ""},
+		{"unknown run status", fakeReply{body: sfReply("Failed", "Crashed", intp(1), "", "")}, RunResult{}, `run status "Crashed"`},
 		{"null fields", fakeReply{body: `{"status":"Success","message":"","run_result":{"status":"Finished","execution_time":null,"return_code":0,"stdout":null,"stderr":null}}`},
 			RunResult{Status: StatusOK}, ""},
 		{"no run result", fakeReply{body: `{"status":"Failed","message":"odd"}`}, RunResult{}, "without run_result"},
@@ -203,6 +218,12 @@ func TestSandboxFusionRequest(t *testing.T) {
 func TestSandboxFusionRetries(t *testing.T) {
 	ok := fakeReply{body: sfReply("Success", "Finished", intp(0), "done\n", "")}
 	sandboxErr := fakeReply{body: map[string]any{"status": "SandboxError", "message": "executor lost", "run_result": nil}}
+	// Upstream SandboxFusion answers a command it could not start or read
+	// (CommandRunStatus Error) with SandboxError and the command's stderr
+	// as the message: the service's failure, not the program's.
+	commandErr := sfReply("SandboxError", "Error", nil, "", "exception on running command: [Errno 24] Too many open files")
+	commandErr["message"] = "exception on running command: [Errno 24] Too many open files"
+	sandboxCmdErr := fakeReply{body: commandErr}
 	cases := []struct {
 		name     string
 		replies  []fakeReply
@@ -215,6 +236,8 @@ func TestSandboxFusionRetries(t *testing.T) {
 		{"sandbox error then ok", []fakeReply{sandboxErr, ok}, 3, 2, false},
 		{"5xx forever", []fakeReply{{status: 500, body: "down"}}, 2, 3, true},
 		{"sandbox error forever", []fakeReply{sandboxErr}, 1, 2, true},
+		{"command Error in SandboxError then ok", []fakeReply{sandboxCmdErr, ok}, 3, 2, false},
+		{"command Error in SandboxError forever", []fakeReply{sandboxCmdErr}, 2, 3, true},
 		{"no retries", []fakeReply{{status: 500, body: "down"}, ok}, -1, 1, true},
 		{"slow attempt cut by call timeout", []fakeReply{{delay: 5 * time.Second, body: sfReply("Success", "Finished", intp(0), "late", "")}, ok}, 3, 2, false},
 	}
@@ -300,5 +323,58 @@ func TestNewSandboxFusionRejectsBadURL(t *testing.T) {
 		if _, err := NewSandboxFusion(SandboxFusionOptions{URL: u}); err == nil {
 			t.Errorf("URL %q accepted", u)
 		}
+	}
+}
+
+// TestSandboxFusionErrorReachesModel runs the code tool of a math episode
+// against a FAKE SandboxFusion: a program that ended in Error is a tool
+// result the harness formats for the model (stdout, stderr, the failure),
+// while a sandbox that keeps failing is a tool error, and neither ends the
+// episode.
+func TestSandboxFusionErrorReachesModel(t *testing.T) {
+	traceback := "Traceback (most recent call last):\nZeroDivisionError: division by zero\n"
+	cases := []struct {
+		name      string
+		reply     fakeReply
+		toolError string
+		text      []string
+	}{
+		{"program Error", fakeReply{body: sfReply("Failed", "Error", intp(1), "before\n", traceback)}, "",
+			[]string{"before\n", "ZeroDivisionError", "exit code 1"}},
+		{"program raised", fakeReply{body: sfReply("Failed", "Finished", intp(1), "", traceback)}, "",
+			[]string{"ZeroDivisionError", "exit code 1"}},
+		{"sandbox down", fakeReply{body: map[string]any{"status": "SandboxError", "message": "executor lost"}}, "code sandbox failed", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fake := NewFakeSandboxFusion(t, c.reply)
+			sf := newSF(t, fake.srv.URL, func(o *SandboxFusionOptions) { o.Retries = 1 })
+			env := newEnv(t, divisors, sf, loadHarness(t, ""))
+			st, err := env.Step(context.Background(), harness.Action{Kind: "tool", Tool: "python", Input: "print('before'); 1/0"})
+			if err != nil {
+				t.Fatalf("Step error %v: only a cancelled context ends the episode", err)
+			}
+			if st.Done {
+				t.Fatalf("Step = %+v, want the episode to go on", st)
+			}
+			if c.toolError != "" {
+				if !strings.Contains(st.ToolError, c.toolError) || st.ToolResult != nil {
+					t.Fatalf("Step = %+v, want a tool error mentioning %q", st, c.toolError)
+				}
+				return
+			}
+			if st.ToolError != "" {
+				t.Fatalf("tool error %q, want the program's outcome as a result", st.ToolError)
+			}
+			r := st.ToolResult.(map[string]any)
+			if r["status"] != StatusError || r["stderr"] != traceback {
+				t.Errorf("result = %v, want status %q and the traceback", r, StatusError)
+			}
+			for _, w := range c.text {
+				if !strings.Contains(r["text"].(string), w) {
+					t.Errorf("text %q does not contain %q", r["text"], w)
+				}
+			}
+		})
 	}
 }
