@@ -115,6 +115,11 @@ type Analyzer struct {
 	rows      int64
 	files     int
 	notes     []string
+
+	// runs are the runs added with AddRun, in order; tests holds their
+	// test evaluations, one group per test, for the headlines.
+	runs  []string
+	tests *Analyzer
 }
 
 const cellBlock = 4096
@@ -267,6 +272,9 @@ type Result struct {
 	Files  int
 	Groups []Group
 	Notes  []string
+	// Headlines are the final and peak test mean@k of each run added with
+	// AddRun that has a test evaluation, whatever the grouping.
+	Headlines []Headline
 }
 
 // Group is the score of one group of rows.
@@ -358,6 +366,9 @@ func (a *Analyzer) Result() Result {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d (group, task) pairs have fewer than k = %d samples and are scored with k = n", short, a.k))
 	}
 	slices.SortFunc(r.Groups, func(x, y Group) int { return a.compareKeys(x.Key, y.Key) })
+	var notes []string
+	r.Headlines, notes = a.headlines()
+	r.Notes = append(r.Notes, notes...)
 	return r
 }
 

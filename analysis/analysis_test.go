@@ -646,7 +646,8 @@ func TestAddRun(t *testing.T) {
 		with(wantW, "exp", "whale", "r001-w01", "rollout"),
 		with(wantH, "exp", "whale", "r001-h01", "evaluate"),
 	})
-	if len(r.Notes) != 2 || !strings.Contains(r.Notes[0], "run empty has no committed stage with rollouts") {
+	if len(r.Notes) != 3 || !strings.Contains(r.Notes[0], "run empty has no committed stage with rollouts") ||
+		!strings.Contains(r.Notes[2], "run exp has no test evaluation yet") {
 		t.Errorf("notes %q", r.Notes)
 	}
 }
@@ -655,16 +656,23 @@ func TestAddRun(t *testing.T) {
 // not a failure of the whole output.
 func TestJSONNonFinite(t *testing.T) {
 	r := Result{By: []string{"position"}, K: 1, Groups: []Group{{Key: []string{"r001-w01"}, Episodes: 2, Tasks: 1,
-		MeanAtK: math.NaN(), Accuracy: math.Inf(1)}}}
+		MeanAtK: math.NaN(), Accuracy: math.Inf(1)}},
+		Headlines: []Headline{{Run: "exp", Tests: 1, Final: TestScore{Position: "r000-t", MeanAtK: math.NaN()}, Peak: TestScore{Position: "r000-t", MeanAtK: math.NaN()}}}}
 	var b strings.Builder
 	if err := r.Write(&b, FormatJSON); err != nil {
 		t.Fatal(err)
 	}
 	var v struct {
-		Groups []map[string]any `json:"groups"`
+		Groups    []map[string]any `json:"groups"`
+		Headlines []struct {
+			Peak map[string]any `json:"peak"`
+		} `json:"headlines"`
 	}
 	if err := json.Unmarshal([]byte(b.String()), &v); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, b.String())
+	}
+	if x, ok := v.Headlines[0].Peak["mean_at_k"]; !ok || x != nil {
+		t.Errorf("peak mean_at_k = %v (present %v), want null", x, ok)
 	}
 	g := v.Groups[0]
 	for _, k := range []string{"mean_at_k", "accuracy"} {

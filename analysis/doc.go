@@ -27,6 +27,12 @@
 //   - A file is validated as a rollouts table before it is read; a mismatch
 //     wraps schemas.ErrSchemaMismatch (or ErrNewerSchema) and names the file
 //     and the column.
+//   - For each run read with AddRun, whatever the grouping, Result has a
+//     Headline: the mean@k of its final test evaluation and its peak (the
+//     best over its tests, the first to reach it; the paper reports the
+//     best mean@8), each with its position, round, section and stage. The
+//     files of test positions are read a second time for it, grouped by
+//     run, position and stage; loose files have no headline.
 //   - Results are sorted by their group values (positions and rounds in
 //     the planner's order), so the same inputs print the same output.
 //

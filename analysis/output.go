@@ -115,7 +115,41 @@ func (r Result) MarshalJSON() ([]byte, error) {
 			return nil, err
 		}
 	}
-	b.WriteString(`,"groups":[`)
+	b.WriteString(`,"headlines":[`)
+	for i, h := range r.Headlines {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("\n  {")
+		if err := field(true, "run", h.Run); err != nil {
+			return nil, err
+		}
+		if err := field(false, "tests", h.Tests); err != nil {
+			return nil, err
+		}
+		for _, t := range []struct {
+			name  string
+			score TestScore
+		}{{"final", h.Final}, {"peak", h.Peak}} {
+			b.WriteString(`,"` + t.name + `":{`)
+			sc := t.score
+			for j, kv := range []struct {
+				name string
+				v    any
+			}{{"position", sc.Position}, {"round", sc.Round}, {"section", sc.Section}, {"stage", sc.Stage},
+				{"mean_at_k", sc.MeanAtK}, {"tasks", sc.Tasks}, {"episodes", sc.Episodes}, {"k_min", sc.KMin}, {"k_max", sc.KMax}} {
+				if err := field(j == 0, kv.name, kv.v); err != nil {
+					return nil, err
+				}
+			}
+			b.WriteByte('}')
+		}
+		b.WriteByte('}')
+	}
+	if len(r.Headlines) > 0 {
+		b.WriteByte('\n')
+	}
+	b.WriteString(`],"groups":[`)
 	for gi, g := range r.Groups {
 		if gi > 0 {
 			b.WriteByte(',')
@@ -189,10 +223,30 @@ func (r Result) writeTable(w io.Writer) error {
 			return err
 		}
 	}
+	if err := r.writeHeadlines(w); err != nil {
+		return err
+	}
 	for _, n := range r.Notes {
 		if _, err := fmt.Fprintln(w, "note:", n); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeHeadlines prints each run's final and peak test mean@k under the
+// table: the paper reports the best mean@k over a run's tests.
+func (r Result) writeHeadlines(w io.Writer) error {
+	if len(r.Headlines) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "\ntest mean@k per run: the final test and the peak over all its tests"); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tTESTS\tFINAL\tFINAL_AT\tPEAK\tPEAK_AT")
+	for _, h := range r.Headlines {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t%.3f\t%s\n", h.Run, h.Tests, h.Final.MeanAtK, h.Final.where(), h.Peak.MeanAtK, h.Peak.where())
+	}
+	return tw.Flush()
 }

@@ -83,8 +83,12 @@ func (a *Analyzer) AddRun(ctx context.Context, s *storage.Store, run, sched stri
 	}
 	if n == 0 {
 		a.Note("run %s has no committed stage with rollouts yet", run)
+		return 0, nil
 	}
-	return n, a.AddFiles(ctx, files)
+	if err := a.AddFiles(ctx, files); err != nil {
+		return n, err
+	}
+	return n, a.addRunTests(ctx, run, files)
 }
 
 // AddFile reads one rollouts Parquet file; name is how errors call it.

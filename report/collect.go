@@ -61,6 +61,10 @@ type Run struct {
 	HarnessIterations int   `json:"harness_iterations"` // done
 	// Final is the newest test; nil when the run has none.
 	Final *TestPoint `json:"final,omitempty"`
+	// Peak is the test with the best mean@k, the first to reach it on a
+	// tie: the paper reports the best mean@8 over a run's tests. Nil when
+	// the run has no test.
+	Peak *TestPoint `json:"peak,omitempty"`
 
 	// Started and Finished span the run's committed stages; WallSeconds is
 	// the time between them, StageSeconds the sum of the stages' own times.
@@ -175,6 +179,11 @@ type Phase struct {
 // TestPoint is one test evaluation on the accuracy curve.
 type TestPoint struct {
 	Position string `json:"position"`
+	// Round is the position's round; Section says which test it is: the
+	// initial one ("initial"), after a weight phase ("weight") or after a
+	// harness phase ("harness"). The stage is always evaluate.
+	Round   int    `json:"round"`
+	Section string `json:"section"`
 	// Rollouts is the budgeted rollouts spent before the test.
 	Rollouts int64   `json:"rollouts"`
 	MeanAtK  float64 `json:"mean_at_k"`
@@ -332,8 +341,8 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 			}
 		case schedule.KindTest:
 			if ru.MeanAtK != nil {
-				r.Tests = append(r.Tests, TestPoint{Position: ru.Position, Rollouts: ru.RolloutsBefore, MeanAtK: *ru.MeanAtK,
-					PassAtK: *ru.PassAtK, K: ru.K, Harness: ru.Harness, Model: ru.Model})
+				r.Tests = append(r.Tests, TestPoint{Position: ru.Position, Round: ru.Round, Section: testSection(u.Pos.Section),
+					Rollouts: ru.RolloutsBefore, MeanAtK: *ru.MeanAtK, PassAtK: *ru.PassAtK, K: ru.K, Harness: ru.Harness, Model: ru.Model})
 			}
 		}
 		r.Units = append(r.Units, ru)
@@ -341,6 +350,7 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 	r.Rollouts = spent
 	if n := len(r.Tests); n > 0 {
 		r.Final = &r.Tests[n-1]
+		r.Peak = peak(r.Tests)
 	}
 	if !first.IsZero() {
 		r.Started, r.Finished = &first, &last
@@ -348,6 +358,35 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 	}
 	r.Phases, r.Candidates = phases(r.Units, evals, names)
 	return r, nil
+}
+
+// peak is the test with the best mean@k, the first to reach it. (Scores
+// come from JSON summaries, so none is NaN.)
+func peak(tests []TestPoint) *TestPoint {
+	best := 0
+	for i, t := range tests {
+		if t.MeanAtK > tests[best].MeanAtK {
+			best = i
+		}
+	}
+	return &tests[best]
+}
+
+// Test sections as TestPoint names them.
+const (
+	TestInitial = "initial"
+	TestWeight  = "weight"
+	TestHarness = "harness"
+)
+
+func testSection(s schedule.Section) string {
+	switch s {
+	case schedule.SectionWeightTest:
+		return TestWeight
+	case schedule.SectionHarnessTest:
+		return TestHarness
+	}
+	return TestInitial
 }
 
 func later(a, b time.Time) time.Time {

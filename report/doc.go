@@ -15,6 +15,9 @@
 //   - A harness phase's frontier and winner are computed over the phase's
 //     whole archive with metrics.Frontier and metrics.Winner, as the
 //     planner chooses the harness it hands on.
+//   - A run's final test is its newest; its peak is the test with the best
+//     mean@k, the first to reach it (the paper reports the best mean@8),
+//     shown with its position, round and kind of test.
 //   - Write creates, in one folder: index.html (a summary table per run,
 //     the plots with captions on how to read them, a table of every unit
 //     of each run), one PNG per plot (accuracy.png, timeline.png,

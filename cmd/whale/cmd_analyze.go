@@ -46,6 +46,14 @@ correct), mean turns, mean prompt and completion tokens. FAILED counts
 episodes with an error; FAIL% is their share of all episodes. A note says
 when tasks have different n, since pass@n then means different things.
 
+For each RUN, whatever --by says, a second table gives the test mean@k of
+its final test evaluation and its peak (the best over all its tests, the
+number the paper reports; the first test to reach it on a tie), each with
+the position it was reached at: r002-wt (round r002, test, evaluate).
+JSON has them under "headlines" (final and peak: position, round, section,
+stage, mean_at_k, tasks, episodes, k_min, k_max); CSV prints them to stderr
+as notes. Loose files have no headline.
+
 Examples:
   whale analyze --root file:///data/whale chess-whale
   whale analyze chess-whale chess-weights-only --by schedule,round --k 4
@@ -145,6 +153,9 @@ func runAnalyze(ctx context.Context, o analyzeOptions, out, errOut io.Writer) er
 	}
 	if o.Format == analysis.FormatCSV {
 		// CSV has no place for them, and stdout may be a file.
+		for _, h := range r.Headlines {
+			fmt.Fprintln(errOut, "note:", h.Line())
+		}
 		for _, n := range r.Notes {
 			fmt.Fprintln(errOut, "note:", n)
 		}
