@@ -34,7 +34,7 @@ type importOptions struct {
 func dataCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "data",
-		Usage:  "bring task tables into the bucket",
+		Usage:  "bring task tables into the bucket and split them",
 		Action: unknownSubcommand,
 		Subcommands: []*cli.Command{{
 			Name:      "import",
@@ -77,7 +77,7 @@ reward_model.ground_truth, extra_info.`,
 					Format: c.String("format"), Domain: c.String("domain"), Split: c.String("split"),
 				}, c.App.Writer)
 			}),
-		}},
+		}, dataSplitCommand()},
 	}
 }
 

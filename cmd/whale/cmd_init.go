@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"github.com/whalerun/whale/dataprep"
 	"github.com/whalerun/whale/internal/buildinfo"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/storage"
@@ -46,7 +48,12 @@ model's) is copied into the bucket under inputs/<sha256>/ with its digest;
 a larger file or a directory (a Hugging Face checkpoint) stays where it is,
 pinned by a digest of its file names, sizes and *.json contents. init
 again with a checkpoint that has changed is a conflict naming the path
-(exit code 3). init creates a file:// root that does not exist yet.`,
+(exit code 3). init creates a file:// root that does not exist yet.
+
+A new run's train, search and test datasets (data.*) must be disjoint:
+init refuses (exit code 2) datasets that share a task id or a question
+(lowercased, whitespace collapsed), naming the first few shared tasks; a
+dataset not imported yet is not checked, and init says so.`,
 		Flags: []cli.Flag{
 			rootFlag(),
 			&cli.StringFlag{Name: "name", Usage: "run `NAME`, instead of the file's name field"},
@@ -183,6 +190,9 @@ func initRun(ctx context.Context, store *storage.Store, exp *spec.Experiment, cw
 	}
 	run.Inputs = inputs
 	run.Dir = cwd
+	if err := checkDataOverlap(ctx, store, &run.Spec, out); err != nil {
+		return false, fmt.Errorf("%s: %w", source, err)
+	}
 	created, err := createRun(ctx, store, run, data)
 	if !created || err != nil {
 		return false, err
@@ -257,4 +267,29 @@ func readRun(ctx context.Context, store *storage.Store, name string) (*spec.Run,
 		return nil, fmt.Errorf("read %s/%s: %w", store.URL(), key, err)
 	}
 	return run, nil
+}
+
+// checkDataOverlap refuses a new run whose train, search and test datasets
+// share a task id or a question: a test score on tasks the model trained
+// on, or that the harness was chosen on, measures nothing. Datasets not
+// imported yet are not checked, and a note says so.
+func checkDataOverlap(ctx context.Context, store *storage.Store, e *spec.Experiment, out io.Writer) error {
+	var sets []dataprep.Named
+	for _, d := range []struct{ field, ref string }{{"data.train", e.Data.Train}, {"data.search", e.Data.Search}, {"data.test", e.Data.Test}} {
+		name, ok := strings.CutPrefix(d.ref, storage.DatasetsPrefix)
+		if !ok || storage.CheckDataset(name) != nil {
+			continue // not a dataset of the root: the planner says what it accepts
+		}
+		sets = append(sets, dataprep.Named{Field: d.field, Dataset: name})
+	}
+	missing, err := dataprep.CheckOverlap(ctx, store, sets)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 && len(sets) > 1 {
+		for _, m := range missing {
+			fmt.Fprintf(out, "note: %s is not in %s yet: not checked for tasks shared with the other datasets\n", m, store.URL())
+		}
+	}
+	return nil
 }

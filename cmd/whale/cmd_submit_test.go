@@ -25,7 +25,7 @@ func TestSubmitSlurmCommands(t *testing.T) {
 	exp := writeFile(t, "sharded.yaml", fmt.Sprintf(`name: sharded
 domain: math
 schedule: weights-only
-data: {train: datasets/sums, test: datasets/sums}
+data: {train: datasets/sums, test: datasets/sums-test}
 model: {name: fake-model, endpoints: [%q]}
 rsft: {group_size: 2, batch_size: 4}
 rollout: {shards: 2}
@@ -34,6 +34,7 @@ budget: {weight_steps: 1}
 eval: {k: 1}
 `, srv.URL))
 	whale(t, "data", "import", "--root", r.url, "--domain", "math", data).mustCode(t, exitOK)
+	importSumsTest(t, r.url)
 	whale(t, "init", "--root", r.url, exp).mustCode(t, exitOK)
 
 	fake := slurm.NewFake()

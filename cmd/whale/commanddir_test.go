@@ -34,7 +34,7 @@ func TestCommandsRunWhereInitRan(t *testing.T) {
 	if err := os.WriteFile(exp, []byte(fmt.Sprintf(`name: sums
 domain: math
 schedule: weights-only
-data: {train: datasets/sums, test: datasets/sums}
+data: {train: datasets/sums, test: datasets/sums-test}
 model: {name: fake-model, endpoints: [%q], concurrency: 2}
 rsft: {group_size: 2, batch_size: 2}
 switch: {fixed: {epochs: 1}}
@@ -46,6 +46,7 @@ eval: {k: 1}
 	}
 	t.Chdir(project)
 	whale(t, "data", "import", "--root", root, "--domain", "math", data).mustCode(t, exitOK)
+	importSumsTest(t, root)
 	whale(t, "init", "--root", root, "sums.yaml").mustCode(t, exitOK)
 
 	t.Chdir(t.TempDir())

@@ -29,7 +29,7 @@ func leaseRun(t *testing.T, r testRoot, srv *modeltest.Server) {
 	exp := writeFile(t, "sums.yaml", fmt.Sprintf(`name: sums
 domain: math
 schedule: weights-only
-data: {train: datasets/sums, test: datasets/sums}
+data: {train: datasets/sums, test: datasets/sums-test}
 model: {name: fake-model, endpoints: [%q], concurrency: 2}
 rsft: {group_size: 2, batch_size: 3}
 switch: {fixed: {epochs: 1}}
@@ -38,6 +38,7 @@ budget: {weight_steps: 1}
 eval: {k: 1}
 `, srv.URL))
 	whale(t, "data", "import", "--root", r.url, "--domain", "math", data).mustCode(t, exitOK)
+	importSumsTest(t, r.url)
 	whale(t, "init", "--root", r.url, exp).mustCode(t, exitOK)
 }
 

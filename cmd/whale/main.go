@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"github.com/whalerun/whale/dataprep"
 	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/domains/searchqa"
 	"github.com/whalerun/whale/harness"
@@ -63,7 +64,7 @@ func (e conflictError) Unwrap() error { return e.err }
 // find wrong themselves (their flags and arguments).
 var (
 	conflictErrors = []error{storage.ErrInputsDiffer, storage.ErrDatasetDiffers, searchqa.ErrIndexDiffers, spec.ErrSpecMismatch}
-	usageErrors    = []error{storage.ErrBadName, storage.ErrInvalidKey, registry.ErrUnknown, harness.ErrInvalid}
+	usageErrors    = []error{storage.ErrBadName, storage.ErrInvalidKey, registry.ErrUnknown, harness.ErrInvalid, dataprep.ErrBadInput}
 )
 
 // usageTypes are the error types of bad input: an experiment file, an

@@ -96,10 +96,11 @@ func TestREADMECommands(t *testing.T) {
 	t.Setenv("WHALE_ROOT", "")
 	dir := t.TempDir()
 	root := "file://" + filepath.Join(dir, "bucket")
-	// The example's datasets, for plan and submit.
-	for _, name := range []string{"lichess-train", "lichess-search", "lichess-test"} {
-		whale(t, "data", "import", "--root", root, "--name", name, puzzlesCSV).mustCode(t, exitOK, "datasets/"+name)
-	}
+	// The example's datasets, for plan and submit: disjoint, as init
+	// requires.
+	whale(t, "data", "import", "--root", root, "--name", "lichess", puzzlesCSV).mustCode(t, exitOK, "datasets/lichess")
+	whale(t, "data", "split", "--root", root, "lichess", "--train", "3", "--search", "1", "--test", "1").
+		mustCode(t, exitOK, "datasets/lichess-train", "datasets/lichess-search", "datasets/lichess-test")
 	emptyHarness := writeFile(t, "empty.star", "")
 	reportDir := filepath.Join(dir, "report")
 	checkpoint := filepath.Join(dir, "m.wlm")
@@ -126,9 +127,11 @@ func TestREADMECommands(t *testing.T) {
 		{"whale ls RUN --files [--stage S] [--table T] [--format list|json|duckdb]", []string{"chess-whale", "rollout", "rollouts", "json"}, []string{"--root", root},
 			exitOK, []string{"[]"}},
 		{"whale show STAGE-OR-FILE [--rows N]", []string{"datasets/lichess-train", "1"}, []string{"--root", root},
-			exitOK, []string{"table tasks", "... 4 more rows"}},
+			exitOK, []string{"table tasks", "... 2 more rows"}},
 		{"whale data import FILE --name N --root URL", []string{puzzlesCSV, "my-puzzles", root}, nil,
 			exitOK, []string{"datasets/my-puzzles"}},
+		{"whale data split DATASET --train N --search N --test N --seed S --root URL", []string{"my-puzzles", "2", "1", "1", "7", root}, nil,
+			exitOK, []string{"split 5 tasks of dataset my-puzzles (seed 7)", "datasets/my-puzzles-search", "1 tasks in none"}},
 		{"whale index build CORPUS --name N --root URL", []string{searchCorpus, "wiki", root}, nil,
 			exitOK, []string{"indexed 61 passages", "indexes/wiki"}},
 		{"whale index serve --name N --root URL [--addr 127.0.0.1:8000]", []string{"nosuch", root, "127.0.0.1:0"}, []string{"--cache", filepath.Join(dir, "cache")},

@@ -41,7 +41,7 @@ func TestPlanStepRunCommands(t *testing.T) {
 		exp := writeFile(t, "sums.yaml", fmt.Sprintf(`name: sums
 domain: math
 schedule: weights-only
-data: {train: datasets/sums, test: datasets/sums}
+data: {train: datasets/sums, test: datasets/sums-test}
 model: {name: fake-model, endpoints: [%q], concurrency: 2}
 rsft: {group_size: 2, batch_size: 3}
 switch: {fixed: {epochs: 1}}
@@ -50,6 +50,7 @@ budget: {weight_steps: 2}
 eval: {k: 2}
 `, srv.URL))
 		whale(t, "data", "import", "--root", r.url, "--domain", "math", data).mustCode(t, exitOK, "datasets/sums")
+		importSumsTest(t, r.url)
 		whale(t, "init", "--root", r.url, exp).mustCode(t, exitOK)
 
 		whale(t, "plan", "--root", r.url, "sums").mustCode(t, exitOK,
