@@ -153,18 +153,21 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	// The table is the report's own reading of the artifacts, so a rerun of
 	// a finished demo shows the numbers of the run that made them.
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "run\tschedule\trollouts\ttests\tfinal mean@%d\twall\n", exp.Eval.K)
+	fmt.Fprintf(tw, "run\tschedule\trollouts\ttests\tfinal mean@%d\tpeak (at)\twall\n", exp.Eval.K)
 	for _, r := range d.Runs {
-		final := "-"
+		final, peak := "-", "-"
 		if r.Final != nil {
 			final = fmt.Sprintf("%.3f", r.Final.MeanAtK)
+		}
+		if r.Peak != nil {
+			peak = fmt.Sprintf("%.3f (%s)", r.Peak.MeanAtK, r.Peak.Position)
 		}
 		wall := time.Duration(r.WallSeconds * float64(time.Second)).Round(time.Second)
 		schedule := r.Schedule
 		if r.Switch != "" {
 			schedule += " (" + r.Switch + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, schedule, r.Rollouts, len(r.Tests), final, wall)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Name, schedule, r.Rollouts, len(r.Tests), final, peak, wall)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

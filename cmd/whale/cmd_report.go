@@ -27,7 +27,9 @@ func reportCommand() *cli.Command {
 		Description: `Reads the runs' frozen specs and committed stages (nothing else: a run in
 progress is reported as far as it got) and writes to --out:
 
-   index.html     a summary table of the runs, four kinds of plots with
+   index.html     a summary table of the runs (with each run's final test
+                  mean@k and its peak, the best over its tests, and where
+                  it was reached), four kinds of plots with
                   captions, and a table of every weight step, harness
                   iteration and test of each run
    *.png          the plots: test mean@k against cumulative rollouts, the

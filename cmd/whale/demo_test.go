@@ -28,7 +28,7 @@ func TestDemoQuick(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, first.String())
 	}
 	for _, want := range []string{"demo-whale-fixed", "demo-whale-patience", "demo-weights-only", "demo-harness-only",
-		"whale (fixed E=0.2 I=2)", "whale (patience)", "final mean@2", filepath.Join(dir, "report", "index.html")} {
+		"whale (fixed E=0.2 I=2)", "whale (patience)", "final mean@2", "peak (at)", filepath.Join(dir, "report", "index.html")} {
 		if !strings.Contains(first.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, first.String())
 		}
