@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	harnessrt "github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/pipeline/schedule"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/stages"
@@ -240,7 +241,15 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 			spc.Inputs = append(spc.Inputs, stages.InputRef{Name: "model", Key: model.Dir})
 		}
 	}
-	harness, err := st.harness(pos, e.Harness.Initial)
+	initial := e.Harness.Initial
+	if src, ok, err := e.BuiltinInitial(); err != nil {
+		return err
+	} else if ok {
+		// A named built-in harness (init archived it): stages know it by
+		// its content id.
+		initial = harnessrt.SourceID(src)
+	}
+	harness, err := st.harness(pos, initial)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/dataprep"
+	"github.com/whalerun/whale/harness/archive"
 	"github.com/whalerun/whale/internal/buildinfo"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/storage"
@@ -193,6 +194,9 @@ func initRun(ctx context.Context, store *storage.Store, exp *spec.Experiment, cw
 	if err := checkDataOverlap(ctx, store, &run.Spec, out); err != nil {
 		return false, fmt.Errorf("%s: %w", source, err)
 	}
+	if err := archiveInitial(ctx, store, &run.Spec, out); err != nil {
+		return false, err
+	}
 	created, err := createRun(ctx, store, run, data)
 	if !created || err != nil {
 		return false, err
@@ -291,5 +295,22 @@ func checkDataOverlap(ctx context.Context, store *storage.Store, e *spec.Experim
 			fmt.Fprintf(out, "note: %s is not in %s yet: not checked for tasks shared with the other datasets\n", m, store.URL())
 		}
 	}
+	return nil
+}
+
+// archiveInitial stores a named built-in initial harness (harness.initial
+// "h0-tags", say) in the root's harness archive before run.json, the
+// commit point, is written: every stage reads it there by the content id
+// the planner gives it. "h0" and ids need nothing.
+func archiveInitial(ctx context.Context, store *storage.Store, exp *spec.Experiment, out io.Writer) error {
+	src, ok, err := exp.BuiltinInitial()
+	if err != nil || !ok {
+		return err
+	}
+	id, err := archive.Put(ctx, store, src)
+	if err != nil {
+		return fmt.Errorf("archive harness.initial %s: %w", exp.Harness.Initial, err)
+	}
+	fmt.Fprintf(out, "harness.initial %s (domain %s) archived as %s\n", exp.Harness.Initial, exp.Domain, id)
 	return nil
 }

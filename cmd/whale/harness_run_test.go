@@ -41,9 +41,9 @@ const (
 func TestHarnessRunChess(t *testing.T) {
 	tasks := writeFile(t, "tasks.jsonl", chessTasks)
 	srv := fakeModel(t, "Rook lift. <move>e6e7</move>", "<move>e2e4</move>", "<move>Nc1</move>", "<move>Qxc1</move>")
-	r := whale(t, "harness", "run", "h0", "--domain", "chess", "--tasks", tasks, "--task", "long",
+	r := whale(t, "harness", "run", chessCompact, "--domain", "chess", "--tasks", tasks, "--task", "long",
 		"--endpoint", srv.URL, "--model", "fake-model", "--seed", "5", "--temperature", "0.7")
-	r.mustCode(t, exitOK, "harness  chess/h0.star (sha256:", "task     long (chess)",
+	r.mustCode(t, exitOK, "harness  "+chessCompact+" (sha256:", "task     long (chess)",
 		"[system]\nYou are solving a chess puzzle", "[user]\nYour opponent played f2g3. You play white.",
 		"──── turn 1  chat: finish=stop", "[assistant]\nRook lift. <move>e6e7</move>", `» env move "e6e7" →`,
 		"──── turn 2", `» env move "e2e4" → illegal: illegal move`, "That action is not allowed",
@@ -60,7 +60,7 @@ func TestHarnessRunChess(t *testing.T) {
 	}
 
 	// The first chess task is the default; a harness file and --json.
-	hfile := writeFile(t, "h.star", string(mustDomain(t, "chess").Baseline())+"\nMAX_TOKENS = 64\n")
+	hfile := writeFile(t, "h.star", builtin(t, "chess", "h0-compact")+"\nMAX_TOKENS = 64\n")
 	srv = fakeModel(t, "<move>Re8#</move>")
 	r = whale(t, "harness", "run", hfile, "--domain", "chess", "--tasks", tasks, "--endpoint", srv.URL, "--model", "m", "--json", "--max-tokens", "32")
 	r.mustCode(t, exitOK)
@@ -68,7 +68,7 @@ func TestHarnessRunChess(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &row); err != nil {
 		t.Fatalf("--json output is not a rollout row: %v\n%s", err, r.stdout)
 	}
-	src := string(mustDomain(t, "chess").Baseline()) + "\nMAX_TOKENS = 64\n"
+	src := builtin(t, "chess", "h0-compact") + "\nMAX_TOKENS = 64\n"
 	if row.TaskID != "two-mates" || row.Reward != 1 || !row.Correct || row.Answer != "e1e8" || row.FinishReason != "answer" ||
 		row.HarnessID != harness.SourceID([]byte(src)) || row.ModelID != "m" || len(row.Messages) != 3 || len(row.Trace) == 0 {
 		t.Errorf("row = %+v", row)
@@ -78,13 +78,26 @@ func TestHarnessRunChess(t *testing.T) {
 	}
 }
 
-func mustDomain(t *testing.T, name string) interface{ Baseline() []byte } {
+// The tag-based built-in harnesses as files: the scripted replies of these
+// tests are written for them (each domain's h0 is the paper's).
+const (
+	chessCompact = "../../domains/chess/h0-compact.star"
+	searchTags   = "../../domains/searchqa/h0-tags.star"
+	mathTags     = "../../domains/math/h0-tags.star"
+)
+
+// builtin is the source of a domain's built-in harness.
+func builtin(t *testing.T, domain, name string) string {
 	t.Helper()
-	d, err := registry.Lookup(name, registry.Resources{})
+	e, err := registry.Get(domain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	src, err := e.Harness(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(src)
 }
 
 // A dataset in the bucket serves as --tasks too.
@@ -106,7 +119,7 @@ func TestHarnessRunSearchQA(t *testing.T) {
 	replies := []string{"<think>Who wrote it?</think><search>Frankenstein novel author</search>", "<answer>Mary Shelley</answer>"}
 
 	srv := fakeModel(t, replies...)
-	whale(t, "harness", "run", "h0", "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--root", root.url,
+	whale(t, "harness", "run", searchTags, "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--root", root.url,
 		"--index", "wiki-test", "--cache", t.TempDir(), "--endpoint", srv.URL, "--model", "m").
 		mustCode(t, exitOK, "[user]\nAnswer the given question.", `» tool search("Frankenstein novel author") →`,
 			"<information>Doc 1(Title: Frankenstein)", "reward   1 (correct: true)", `answer   "Mary Shelley"`)
@@ -116,7 +129,7 @@ func TestHarnessRunSearchQA(t *testing.T) {
 	rs := httptest.NewServer(searchqa.NewServer(fake))
 	defer rs.Close()
 	srv = fakeModel(t, replies...)
-	whale(t, "harness", "run", "h0", "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1",
+	whale(t, "harness", "run", searchTags, "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1",
 		"--retriever", rs.URL, "--endpoint", srv.URL, "--model", "m").
 		mustCode(t, exitOK, "<information>Doc 1(Title: Fake) Mary Shelley wrote it.</information>", "reward   1")
 	if len(fake.queries) != 1 || fake.queries[0] != "Frankenstein novel author" {
@@ -125,7 +138,7 @@ func TestHarnessRunSearchQA(t *testing.T) {
 
 	// No retriever: the search fails, the episode goes on.
 	srv = fakeModel(t, replies...)
-	whale(t, "harness", "run", "h0", "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--endpoint", srv.URL, "--model", "m").
+	whale(t, "harness", "run", searchTags, "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--endpoint", srv.URL, "--model", "m").
 		mustCode(t, exitOK, "tool error: no retriever configured", "reward   1")
 }
 
@@ -145,7 +158,7 @@ func TestHarnessRunRetrieverToken(t *testing.T) {
 	}))
 	defer rs.Close()
 	replies := []string{"<search>Frankenstein novel author</search>", "<answer>Mary Shelley</answer>"}
-	args := []string{"harness", "run", "h0", "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--retriever", rs.URL, "--model", "m"}
+	args := []string{"harness", "run", searchTags, "--domain", "searchqa", "--tasks", searchTasks, "--task", "sqa-1", "--retriever", rs.URL, "--model", "m"}
 
 	t.Setenv("WHALE_TEST_SERVE_TOKEN", token)
 	t.Setenv("WHALE_TEST_MODEL_KEY", "sk-model-key-0123456789")
@@ -194,7 +207,7 @@ func TestHarnessRunMath(t *testing.T) {
 	code := "```python\nprint(sum(d for d in range(1, 361) if 360 % d == 0))\n```"
 	if _, err := exec.LookPath("python3"); err == nil {
 		srv := fakeModel(t, code, `\boxed{1170}`)
-		r := whale(t, "harness", "run", "h0", "--domain", "math", "--tasks", tasks, "--endpoint", srv.URL, "--model", "m")
+		r := whale(t, "harness", "run", mathTags, "--domain", "math", "--tasks", tasks, "--endpoint", srv.URL, "--model", "m")
 		if r.code == exitFailure && strings.Contains(r.err.Error(), "python3 cannot run here") {
 			t.Logf("python3 cannot run isolated programs here: %v", r.err)
 		} else {
@@ -202,7 +215,7 @@ func TestHarnessRunMath(t *testing.T) {
 		}
 	}
 	// CODE_TOOL off needs no runner: the code block is not an action.
-	hfile := writeFile(t, "h.star", strings.Replace(string(mustDomain(t, "math").Baseline()), "CODE_TOOL = True", "CODE_TOOL = False", 1))
+	hfile := writeFile(t, "h.star", strings.Replace(builtin(t, "math", "h0-tags"), "CODE_TOOL = True", "CODE_TOOL = False", 1))
 	srv := fakeModel(t, code, `\boxed{1171}`)
 	whale(t, "harness", "run", hfile, "--domain", "math", "--tasks", tasks, "--endpoint", srv.URL, "--model", "m").
 		mustCode(t, exitOK, "no final answer", "reward   0 (correct: false)", `answer   "1171"`)

@@ -178,7 +178,7 @@ func TestInspect(t *testing.T) {
 
 		// status: the spec, the lease, the data and the stages.
 		st := whale(t, "status", "--root", r.url, "chess-whale")
-		st.mustCode(t, exitOK, "chess-whale", "chess / whale", "Qwen/Qwen3.5-2B", "free (never taken)",
+		st.mustCode(t, exitOK, "chess-whale", "chess / whale", "Qwen/Qwen3.5-4B", "free (never taken)",
 			"datasets/lichess-train: tasks=5", "datasets/lichess-test: not imported", "committed stages", "r001-w01-rollout")
 		lease, err := storage.AcquireLease(ctx, store, "runs/chess-whale/lease", storage.LeaseOptions{Holder: "whale step (test)", TTL: time.Hour})
 		if err != nil {

@@ -12,11 +12,19 @@ import (
 	"github.com/whalerun/whale/schemas"
 )
 
-// baseline is h0: the position as FEN and board, one move a reply in
-// <move></move> tags, nine turns, one format and one illegal-move retry.
+// baseline is h0, the paper's as the reference code runs it: side, FEN,
+// board and every legal move shown, one UCI move a reply, nine turns, one
+// format and one illegal-move retry (see h0.star).
 //
 //go:embed h0.star
 var baseline []byte
+
+// compactHarness is h0-compact: the position as FEN and board without the
+// legal moves, one move a reply in <move></move> tags (UCI or SAN), the
+// paper's budgets: whale's h0 before the reference's presentation.
+//
+//go:embed h0-compact.star
+var compactHarness []byte
 
 // Domain is the chess-puzzle domain for the episode loop. It needs no
 // outside tool.
@@ -51,6 +59,16 @@ func (d *Domain) HookMeta(meta map[string]any) map[string]any {
 
 // Baseline is the source of h0.
 func (d *Domain) Baseline() []byte { return append([]byte(nil), baseline...) }
+
+// Harnesses are the domain's built-in harnesses by name, the names an
+// experiment's harness.initial may give: "h0" (Baseline, the paper's) and
+// "h0-compact".
+func Harnesses() map[string][]byte {
+	return map[string][]byte{
+		"h0":         append([]byte(nil), baseline...),
+		"h0-compact": append([]byte(nil), compactHarness...),
+	}
+}
 
 // presentation is how observations show the position: the harness's
 // BOARD_FORMAT, SHOW_LEGAL_MOVES and MOVE_FORMAT.

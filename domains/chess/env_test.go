@@ -238,19 +238,19 @@ func TestEnvBadTasks(t *testing.T) {
 	}
 }
 
-func TestBaselineHarness(t *testing.T) {
+func TestCompactHarness(t *testing.T) {
 	d := NewDomain()
 	if d.Name() != "chess" || d.Contract().Name != "chess" {
 		t.Fatalf("Name %q, contract %q", d.Name(), d.Contract().Name)
 	}
-	warnings, err := harness.Check("h0.star", d.Baseline(), harness.Options{Contract: d.Contract()})
+	warnings, err := harness.Check("h0.star", Harnesses()["h0-compact"], harness.Options{Contract: d.Contract()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(warnings) > 0 {
 		t.Errorf("h0 warnings: %v", warnings)
 	}
-	h := loadHarness(t, string(d.Baseline()))
+	h := loadHarness(t, string(Harnesses()["h0-compact"]))
 	if h.Int("MAX_TURNS") != 9 || h.Int("FORMAT_RETRIES") != 1 || h.Int("ILLEGAL_RETRIES") != 1 {
 		t.Errorf("budgets %d/%d/%d, want 9/1/1", h.Int("MAX_TURNS"), h.Int("FORMAT_RETRIES"), h.Int("ILLEGAL_RETRIES"))
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/whalerun/whale/models/modeltest"
 )
 
-// TestEpisodeH0 plays puzzles end to end: h0 through episode.Run against a
+// TestEpisodeH0Compact plays puzzles end to end: h0-compact through episode.Run against a
 // fake model server that replies from a script.
-func TestEpisodeH0(t *testing.T) {
+func TestEpisodeH0Compact(t *testing.T) {
 	tests := []struct {
 		name    string
 		puzzle  string
@@ -46,7 +46,7 @@ func TestEpisodeH0(t *testing.T) {
 		{"a wrong move", "0000D", []string{"<move>Qxb3</move>"}, episode.FinishAnswer, 0, "b6b3", 1, nil},
 	}
 	d := NewDomain()
-	h, err := harness.Load("h0.star", d.Baseline(), harness.Options{Contract: d.Contract()})
+	h, err := harness.Load("h0.star", Harnesses()["h0-compact"], harness.Options{Contract: d.Contract()})
 	if err != nil {
 		t.Fatal(err)
 	}

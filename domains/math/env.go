@@ -19,11 +19,19 @@ const (
 	ToolCode   = "code_interpreter"
 )
 
-// baseline is h0: step-by-step reasoning, an optional Python run in a
-// ```python block, the answer in \boxed{}; two turns.
+// baseline is h0, the paper's: ReTool-style with the native
+// code_interpreter tool, no system prompt, two turns, the last \boxed{}
+// of the reply's tail (see h0.star).
 //
 //go:embed h0.star
 var baseline []byte
+
+// tagsHarness is h0-tags: the Qwen-math instruction and one optional
+// Python run written as a ```python block, two turns: whale's h0 before
+// the paper's native-tool one.
+//
+//go:embed h0-tags.star
+var tagsHarness []byte
 
 // maxCodeBytes bounds one program sent to the runner; competition-math
 // scratch code is a few kilobytes.
@@ -49,6 +57,16 @@ func (d *Domain) Contract() *harness.Contract { return Contract() }
 
 // Baseline is the source of h0.
 func (d *Domain) Baseline() []byte { return append([]byte(nil), baseline...) }
+
+// Harnesses are the domain's built-in harnesses by name, the names an
+// experiment's harness.initial may give: "h0" (Baseline, the paper's) and
+// "h0-tags".
+func Harnesses() map[string][]byte {
+	return map[string][]byte{
+		"h0":      append([]byte(nil), baseline...),
+		"h0-tags": append([]byte(nil), tagsHarness...),
+	}
+}
 
 // NewEnv makes the environment of one problem. CODE_TOOL and
 // MAX_OUTPUT_CHARS come from h (the contract's defaults when h is nil).

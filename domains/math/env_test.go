@@ -218,12 +218,12 @@ func TestEnvFinalAndBadTasks(t *testing.T) {
 	}
 }
 
-func TestBaselineHarness(t *testing.T) {
+func TestTagsHarness(t *testing.T) {
 	d := NewDomain(nil)
 	if d.Name() != "math" || d.Contract().Name != "math" {
 		t.Fatalf("Name %q, contract %q", d.Name(), d.Contract().Name)
 	}
-	warnings, err := harness.Check("h0.star", d.Baseline(), harness.Options{Contract: d.Contract()})
+	warnings, err := harness.Check("h0.star", Harnesses()["h0-tags"], harness.Options{Contract: d.Contract()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,11 +231,11 @@ func TestBaselineHarness(t *testing.T) {
 		t.Errorf("h0 warnings: %v", warnings)
 	}
 	ctx := context.Background()
-	h := loadHarness(t, string(d.Baseline()))
+	h := loadHarness(t, string(Harnesses()["h0-tags"]))
 	if h.Int("MAX_TURNS") != 2 || !h.Bool("CODE_TOOL") || !strings.Contains(h.String("SYSTEM_PROMPT"), "```python") {
 		t.Errorf("MAX_TURNS %d, CODE_TOOL %v, SYSTEM_PROMPT %q", h.Int("MAX_TURNS"), h.Bool("CODE_TOOL"), h.String("SYSTEM_PROMPT"))
 	}
-	noCode := loadHarness(t, strings.Replace(string(d.Baseline()), "CODE_TOOL = True", "CODE_TOOL = False", 1))
+	noCode := loadHarness(t, strings.Replace(string(Harnesses()["h0-tags"]), "CODE_TOOL = True", "CODE_TOOL = False", 1))
 	if strings.Contains(noCode.String("SYSTEM_PROMPT"), "python") {
 		t.Errorf("with CODE_TOOL off the prompt still offers Python: %q", noCode.String("SYSTEM_PROMPT"))
 	}

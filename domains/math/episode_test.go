@@ -13,10 +13,10 @@ import (
 	"github.com/whalerun/whale/models/modeltest"
 )
 
-// TestEpisodeH0 plays problems end to end: h0 through episode.Run against
+// TestEpisodeH0Tags plays problems end to end: h0-tags through episode.Run against
 // a fake model server that replies from a script, with the local Python
 // runner (when this machine can run it) or a fake one.
-func TestEpisodeH0(t *testing.T) {
+func TestEpisodeH0Tags(t *testing.T) {
 	code := "Let me add them up.\n```python\nprint(sum(d for d in range(1, 361) if 360 % d == 0))\n```"
 	tests := []struct {
 		name    string
@@ -47,7 +47,7 @@ func TestEpisodeH0(t *testing.T) {
 	for _, rn := range runners {
 		t.Run(rn.name, func(t *testing.T) {
 			d := NewDomain(rn.new(t))
-			h, err := harness.Load("h0.star", d.Baseline(), harness.Options{Contract: d.Contract()})
+			h, err := harness.Load("h0.star", Harnesses()["h0-tags"], harness.Options{Contract: d.Contract()})
 			if err != nil {
 				t.Fatal(err)
 			}

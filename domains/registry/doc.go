@@ -16,6 +16,11 @@
 //     to the model, so a run without a sandbox fails loudly per episode
 //     rather than not at all. An unknown name is an error listing the known
 //     ones.
+//   - Built-in harnesses: Entry.Harness(name) is the source of a domain's
+//     harness by name, HarnessNames the names, "h0" (BaselineHarness, the
+//     domain's Baseline, the paper's harness) first. The paper's domains
+//     keep their earlier tag-based harnesses as named variants (h0-tags,
+//     h0-compact); an experiment's harness.initial may give any of them.
 //
 // It is the only place that imports every domain; commands and stages ask
 // it rather than importing domains one by one.

@@ -50,6 +50,43 @@ type Entry struct {
 	// default to provider local (when they name no endpoint) and the
 	// offline mutate proposer.
 	Local bool
+	// Harnesses returns the domain's built-in harnesses by name (the
+	// names harness.initial may give); nil means the one harness "h0",
+	// the domain's Baseline. "h0" is always the Baseline.
+	Harnesses func() map[string][]byte
+}
+
+// BaselineHarness is the name of a domain's default harness, its
+// Baseline: the id "h0" every stage knows.
+const BaselineHarness = "h0"
+
+// HarnessNames lists the domain's built-in harnesses, "h0" first, then
+// the others sorted.
+func (e Entry) HarnessNames() []string {
+	names := []string{BaselineHarness}
+	if e.Harnesses != nil {
+		for n := range e.Harnesses() {
+			if n != BaselineHarness {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names[1:])
+	return names
+}
+
+// Harness returns the source of the built-in harness called name; an
+// unknown name is an error listing the domain's names.
+func (e Entry) Harness(name string) ([]byte, error) {
+	if name == BaselineHarness {
+		return e.New(Resources{}).Baseline(), nil
+	}
+	if e.Harnesses != nil {
+		if src, ok := e.Harnesses()[name]; ok {
+			return src, nil
+		}
+	}
+	return nil, fmt.Errorf("domain %s has no built-in harness %q: its harnesses are %s", e.Name, name, strings.Join(e.HarnessNames(), ", "))
 }
 
 // Needs reports whether the domain's environments call tool.
@@ -63,9 +100,11 @@ var (
 func init() {
 	for _, e := range []Entry{
 		// The paper's domains in its order, with its learning rates.
-		{Name: "searchqa", New: func(r Resources) episode.Domain { return searchqa.NewDomain(r.Retriever) }, LearningRate: 1e-6, Tools: []string{ToolRetriever}},
-		{Name: "math", New: func(r Resources) episode.Domain { return mathdomain.NewDomain(r.CodeRunner) }, LearningRate: 1e-7, Tools: []string{ToolSandbox}},
-		{Name: "chess", New: func(Resources) episode.Domain { return chess.NewDomain() }, LearningRate: 1e-6},
+		{Name: "searchqa", New: func(r Resources) episode.Domain { return searchqa.NewDomain(r.Retriever) }, LearningRate: 1e-6,
+			Tools: []string{ToolRetriever}, Harnesses: searchqa.Harnesses},
+		{Name: "math", New: func(r Resources) episode.Domain { return mathdomain.NewDomain(r.CodeRunner) }, LearningRate: 1e-7,
+			Tools: []string{ToolSandbox}, Harnesses: mathdomain.Harnesses},
+		{Name: "chess", New: func(Resources) episode.Domain { return chess.NewDomain() }, LearningRate: 1e-7, Harnesses: chess.Harnesses},
 		// The built-in model learns at its own scale.
 		{Name: "demo", New: func(Resources) episode.Domain { return demo.NewDomain() }, LearningRate: 1e-3, Local: true},
 	} {

@@ -36,6 +36,47 @@ func TestNamesAndLookup(t *testing.T) {
 	}
 }
 
+// TestBuiltinHarnesses: every domain's named harnesses load under its
+// contract without warnings, "h0" is its Baseline and comes first, and an
+// unknown name is an error listing the names.
+func TestBuiltinHarnesses(t *testing.T) {
+	want := map[string][]string{
+		"searchqa": {"h0", "h0-tags"},
+		"math":     {"h0", "h0-tags"},
+		"chess":    {"h0", "h0-compact"},
+		"demo":     {"h0"},
+	}
+	for name, names := range want {
+		t.Run(name, func(t *testing.T) {
+			e, err := Get(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := e.HarnessNames(); !slices.Equal(got, names) {
+				t.Fatalf("HarnessNames = %v, want %v", got, names)
+			}
+			d := e.New(Resources{})
+			for _, n := range names {
+				src, err := e.Harness(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n == BaselineHarness && string(src) != string(d.Baseline()) {
+					t.Errorf("Harness(h0) is not the Baseline")
+				}
+				warnings, err := harness.Check(name+"/"+n+".star", src, harness.Options{Contract: d.Contract()})
+				if err != nil || len(warnings) > 0 {
+					t.Errorf("%s: %v, warnings %v", n, err, warnings)
+				}
+			}
+			_, err = e.Harness("h1")
+			if err == nil || !strings.Contains(err.Error(), `"h1"`) || !strings.Contains(err.Error(), strings.Join(names, ", ")) {
+				t.Errorf("Harness(h1) err = %v, want one listing %v", err, names)
+			}
+		})
+	}
+}
+
 // TestMissingTools checks that a domain built without its tool still plays
 // and reports the missing tool as a tool error, not a panic.
 func TestMissingTools(t *testing.T) {

@@ -14,11 +14,18 @@ import (
 // ToolSearch is the name of the retrieval tool a harness asks for.
 const ToolSearch = "search"
 
-// baseline is h0: the Search-R1 prompt, two turns (one search, then the
-// answer).
+// baseline is h0, the paper's: a minimal prompt, the native search tool,
+// the top-1 passage cut to about 200 tokens, two turns (see h0.star).
 //
 //go:embed h0.star
 var baseline []byte
+
+// tagsHarness is h0-tags: the Search-R1 prompt and tags (<search>,
+// <answer>), the top 3 passages, two turns: whale's h0 before the paper's
+// native-tool one.
+//
+//go:embed h0-tags.star
+var tagsHarness []byte
 
 // maxQueryBytes bounds a search query: a query is a line of keywords, and
 // a model that pastes its whole reasoning into <search> must not send
@@ -49,6 +56,16 @@ func (d *Domain) Contract() *harness.Contract { return Contract() }
 
 // Baseline is the source of h0.
 func (d *Domain) Baseline() []byte { return append([]byte(nil), baseline...) }
+
+// Harnesses are the domain's built-in harnesses by name, the names an
+// experiment's harness.initial may give: "h0" (Baseline, the paper's) and
+// "h0-tags".
+func Harnesses() map[string][]byte {
+	return map[string][]byte{
+		"h0":      append([]byte(nil), baseline...),
+		"h0-tags": append([]byte(nil), tagsHarness...),
+	}
+}
 
 // NewEnv makes the environment of one question. TOPK and MAX_DOC_CHARS come
 // from h (the contract's defaults when h is nil).

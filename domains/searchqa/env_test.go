@@ -241,19 +241,19 @@ func TestEnvFinalAndBadTasks(t *testing.T) {
 	}
 }
 
-func TestBaselineHarness(t *testing.T) {
+func TestTagsHarness(t *testing.T) {
 	d := NewDomain(nil)
 	if d.Name() != "searchqa" || d.Contract().Name != "searchqa" {
 		t.Fatalf("Name %q, contract %q", d.Name(), d.Contract().Name)
 	}
-	warnings, err := harness.Check("h0.star", d.Baseline(), harness.Options{Contract: d.Contract()})
+	warnings, err := harness.Check("h0.star", Harnesses()["h0-tags"], harness.Options{Contract: d.Contract()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(warnings) > 0 {
 		t.Errorf("h0 warnings: %v", warnings)
 	}
-	h := loadHarness(t, string(d.Baseline()))
+	h := loadHarness(t, string(Harnesses()["h0-tags"]))
 	if h.Int("MAX_TURNS") != 2 {
 		t.Errorf("MAX_TURNS = %d, want 2", h.Int("MAX_TURNS"))
 	}

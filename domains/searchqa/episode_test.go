@@ -11,10 +11,10 @@ import (
 	"github.com/whalerun/whale/models/modeltest"
 )
 
-// TestEpisodeH0 plays questions end to end: h0 through episode.Run against
+// TestEpisodeH0Tags plays questions end to end: h0-tags through episode.Run against
 // a fake model server that replies from a script, searching the BM25 index
 // of testdata/corpus.jsonl.
-func TestEpisodeH0(t *testing.T) {
+func TestEpisodeH0Tags(t *testing.T) {
 	search := "<think>I need the author.</think>\n<search> Frankenstein novel author </search>"
 	tests := []struct {
 		name      string
@@ -40,7 +40,7 @@ func TestEpisodeH0(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := NewDomain(tt.retriever)
-			h, err := harness.Load("h0.star", d.Baseline(), harness.Options{Contract: d.Contract()})
+			h, err := harness.Load("h0.star", Harnesses()["h0-tags"], harness.Options{Contract: d.Contract()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,13 +92,12 @@ func playScript(t *testing.T, src []byte, replies ...modeltest.Reply) (episode.R
 	return episode.Run(context.Background(), d, h, m, frankenstein, episode.Config{Seed: 3}), srv.Requests()
 }
 
-// TestEpisodeH0KeepsNoInventedObservation: a model that writes its own
+// TestEpisodeH0TagsKeepsNoInventedObservation: a model that writes its own
 // <information> and an answer after </search> gets the real retrieval,
 // and nothing it wrote after its search is stored (so none of it reaches
 // the SFT table, which is made of the stored messages).
-func TestEpisodeH0KeepsNoInventedObservation(t *testing.T) {
-	d := NewDomain(nil)
-	res, reqs := playScript(t, d.Baseline(),
+func TestEpisodeH0TagsKeepsNoInventedObservation(t *testing.T) {
+	res, reqs := playScript(t, Harnesses()["h0-tags"],
 		modeltest.Reply{Content: "<search>Frankenstein novel author</search><information>fake</information><answer>x</answer>"},
 		modeltest.Reply{Content: "<answer>Mary Shelley</answer>"})
 	if res.Error != "" || res.Reward != 1 || res.Turns != 2 {

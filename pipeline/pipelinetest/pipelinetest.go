@@ -123,7 +123,10 @@ func (m *Model) Reply(req *modeltest.Request) modeltest.Reply {
 		if s := seedRE.FindSubmatch(req.Raw); s != nil {
 			seed = string(s[1])
 		}
-		if h := sha256.Sum256([]byte(question + "/" + seed)); h[0]%2 == 0 {
+		// The coin is the task's question and the seed, not the whole
+		// message, so that a harness's prompt around the question (the
+		// paper's math h0 adds an answer-format line) leaves it as it was.
+		if h := sha256.Sum256([]byte(q + "/" + seed)); h[0]%2 == 0 {
 			return modeltest.Reply{Content: fmt.Sprintf("Working it out carefully, the answer is \\boxed{%s}.", a), Delay: delay}
 		}
 		return modeltest.Reply{Content: "A guess: \\boxed{-1}.", Delay: delay}

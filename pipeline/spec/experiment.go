@@ -160,8 +160,9 @@ type RSFT struct {
 	GroupSize int     `yaml:"group_size" json:"group_size"`
 	BatchSize int     `yaml:"batch_size" json:"batch_size"`
 	Threshold float64 `yaml:"threshold" json:"threshold"`
-	// LearningRate defaults by domain (registry.Entry.LearningRate): 1e-7
-	// math, 1e-6 searchqa and chess, 1e-3 for the built-in demo model.
+	// LearningRate defaults by domain (registry.Entry.LearningRate): 1e-6
+	// searchqa, 1e-7 math and chess (the paper's), 1e-3 for the built-in
+	// demo model.
 	LearningRate float64 `yaml:"learning_rate" json:"learning_rate"`
 	// SFTEpochs over the accepted set per step (1 in the paper).
 	SFTEpochs int  `yaml:"sft_epochs" json:"sft_epochs"`
@@ -177,8 +178,11 @@ type RSFT struct {
 
 // Harness configures Meta-Harness search.
 type Harness struct {
-	// Initial is the starting harness: a baseline name ("h0") or a harness
-	// id from the store.
+	// Initial is the starting harness: a built-in harness of the domain by
+	// name ("h0", the paper's, or a named variant such as "h0-tags"; see
+	// registry.Entry.HarnessNames) or a harness id ("sha256:<hex>") in the
+	// root's archive. init stores a named variant in the archive and the
+	// planner hands stages its id (BuiltinInitial).
 	Initial                string `yaml:"initial" json:"initial"`
 	CandidatesPerIteration int    `yaml:"candidates_per_iteration" json:"candidates_per_iteration"`
 	SearchSetSize          int    `yaml:"search_set_size" json:"search_set_size"`

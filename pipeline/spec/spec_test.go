@@ -113,7 +113,7 @@ func TestDomainDefaults(t *testing.T) {
 	}{
 		{"math", 1e-7, ProposerAgent},
 		{"searchqa", 1e-6, ProposerAgent},
-		{"chess", 1e-6, ProposerAgent},
+		{"chess", 1e-7, ProposerAgent},
 		{"demo", 1e-3, ProposerMutate},
 	}
 	for _, tt := range tests {

@@ -206,6 +206,12 @@ func (e *Experiment) validate() ErrorList {
 	if harness {
 		e.validateHarness(c)
 	}
+	// Every schedule plays harness.initial, weights-only included.
+	if e.Harness.Initial != "" {
+		if _, _, err := e.BuiltinInitial(); err != nil {
+			c.add("harness.initial", "%v", err)
+		}
+	}
 	e.validateBudget(c, weights)
 	c.count("eval.k", int64(e.Eval.K), 1, MaxSamples)
 	e.validateTools(c)

@@ -73,6 +73,7 @@ func lastUser(msgs []schemas.Message) string {
 // shipped corpus.
 func TestSearchQA(t *testing.T) {
 	w := lookup(t, "searchqa", registry.Resources{Retriever: corpusIndex(t)})
+	w.base = "h0-tags" // the Search-R1 tags this fake model writes
 	w.tasks = importFile(t, "../../../domains/searchqa/testdata/questions.jsonl", importers.FormatJSONL, importers.Options{})
 	w.anchor, w.edit = `SYSTEM_PROMPT = ""`, `SYSTEM_PROMPT = "`+marker+`"`
 	const wrong = "nobody knows"
@@ -114,6 +115,7 @@ func TestSearchQA(t *testing.T) {
 // No code runner is configured; the model never asks for one.
 func TestMath(t *testing.T) {
 	w := lookup(t, "math", registry.Resources{})
+	w.base = "h0-tags" // the boxed answer as the first user message's reply
 	w.tasks = importFile(t, "../../../domains/math/testdata/problems.jsonl", importers.FormatJSONL, importers.Options{})
 	w.anchor = `SYSTEM_PROMPT = "Please reason step by step,`
 	w.edit = `SYSTEM_PROMPT = "` + marker + ` Please reason step by step,`
@@ -234,6 +236,7 @@ func failStep(taskID string, ep int64, steps int) int {
 // extra puzzles the test split.
 func TestChess(t *testing.T) {
 	w := lookup(t, "chess", registry.Resources{})
+	w.base = "h0-compact" // SAN moves, and its system prompt as the anchor
 	w.tasks = append(importFile(t, "../../../importers/testdata/puzzles.csv", importers.FormatLichess, importers.Options{Domain: "chess", Split: "train"}),
 		importFile(t, "../../../domains/chess/testdata/puzzles_extra.csv", importers.FormatLichess, importers.Options{Domain: "chess", Split: "test"})...)
 	w.anchor = `"You are solving a chess puzzle. `

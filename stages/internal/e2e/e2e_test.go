@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whalerun/whale/domains/registry"
 	"github.com/whalerun/whale/episode"
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/harness/archive"
@@ -54,6 +55,11 @@ type world struct {
 	name  string
 	dom   episode.Domain
 	tasks []schemas.Task
+	// base names the built-in harness the world plays (registry
+	// HarnessNames): the tag-based one its fake model writes for. A name
+	// other than "h0" is archived and played by its id, as init and the
+	// planner do for an experiment's harness.initial.
+	base string
 	// The variant harness is h0 with anchor replaced by edit: one
 	// constant changed, adding marker to a prompt.
 	anchor, edit string
@@ -233,11 +239,27 @@ func endToEnd(t *testing.T, w *world, s *storage.Store) {
 	srv := modeltest.NewServer(t, w.handle)
 	client := stagetest.Client(t, srv, model, 8)
 	inputs := []stages.InputRef{{Name: "tasks", Key: "datasets/" + w.name}}
-	h0 := harness.SourceID(w.dom.Baseline())
+	// h0 is the content id of the base harness, ref what the stages are
+	// given for it and h0name the name a frontier gives it.
+	entry, err := registry.Get(w.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0src, err := entry.Harness(w.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0, ref, h0name := harness.SourceID(h0src), "h0", "h0"
+	if w.base != "h0" {
+		if ref, err = archive.Put(ctx, s, h0src); err != nil {
+			t.Fatal(err)
+		}
+		h0name = ref[:len("sha256:")+12]
+	}
 
 	// Rollout: the train split × G, as two shards.
 	ro := &rollout.Stage{Domain: w.dom, Model: client, Concurrency: 4, Log: quiet, Archive: s}
-	roCfg := rollout.Config{Domain: w.name, Harness: "h0", ModelName: model, Samples: samples, Split: "train"}
+	roCfg := rollout.Config{Domain: w.name, Harness: ref, ModelName: model, Samples: samples, Split: "train"}
 	roSpec := func(shard int) stages.Spec {
 		return stages.Spec{Run: run, Position: "r001-w01", Inputs: inputs, Config: roCfg, Seed: rolloutSeed, Shards: 2, Shard: shard, Log: quiet}
 	}
@@ -283,12 +305,11 @@ func endToEnd(t *testing.T, w *world, s *storage.Store) {
 		rerun(t, s, srv, roSpec(shard), ro, "rollout shard "+fmt.Sprint(shard))
 	}
 
-	// The variant: h0 with one prompt constant changed.
-	h0src := string(w.dom.Baseline())
-	if strings.Contains(h0src, marker) || strings.Count(h0src, w.anchor) != 1 {
-		t.Fatalf("h0 of %s holds %q already, or not exactly one %q", w.name, marker, w.anchor)
+	// The variant: the base with one prompt constant changed.
+	if strings.Contains(string(h0src), marker) || strings.Count(string(h0src), w.anchor) != 1 {
+		t.Fatalf("%s of %s holds %q already, or not exactly one %q", w.base, w.name, marker, w.anchor)
 	}
-	variant, err := archive.Put(ctx, s, []byte(strings.Replace(h0src, w.anchor, w.edit, 1)))
+	variant, err := archive.Put(ctx, s, []byte(strings.Replace(string(h0src), w.anchor, w.edit, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +318,7 @@ func endToEnd(t *testing.T, w *world, s *storage.Store) {
 	// sample each.
 	ev := &evaluate.Stage{Domain: w.dom, Model: client, Concurrency: 4, Log: quiet, Archive: s}
 	searchSpec := stages.Spec{Run: run, Position: "r001-h01", Inputs: inputs, Seed: searchSeed, Log: quiet,
-		Config: evaluate.Config{Domain: w.name, Harnesses: []string{"h0", variant}, ModelName: model, Mode: evaluate.ModeSearch, Split: "train"}}
+		Config: evaluate.Config{Domain: w.name, Harnesses: []string{ref, variant}, ModelName: model, Mode: evaluate.ModeSearch, Split: "train"}}
 	sres, err := stages.Execute(ctx, s, searchSpec, ev)
 	if err != nil {
 		t.Fatalf("search evaluation: %v", err)
@@ -308,7 +329,7 @@ func endToEnd(t *testing.T, w *world, s *storage.Store) {
 	checkRollouts(t, readTable[schemas.Rollout](t, s, sres.Manifest, "rollouts"), want, "r001-h01")
 	evals := checkEvals(t, readTable[schemas.Eval](t, s, sres.Manifest, "evals"), want, 1)
 	f := decode(t, sres.Manifest)
-	winner := checkFrontier(t, f, evals, evaluate.ModeSearch, cands, []string{"h0", variant[:len("sha256:")+12]}, len(train), 1)
+	winner := checkFrontier(t, f, evals, evaluate.ModeSearch, cands, []string{h0name, variant[:len("sha256:")+12]}, len(train), 1)
 	if files := sres.Manifest.Table("frontier"); len(files) != 1 {
 		t.Errorf("a one-shard search evaluation committed %d frontier files, want 1", len(files))
 	}
@@ -326,7 +347,7 @@ func endToEnd(t *testing.T, w *world, s *storage.Store) {
 	want = w.expectEpisodes(testSeed, test, samples, map[string]bool{winner: winner == variant})
 	checkRollouts(t, readTable[schemas.Rollout](t, s, tres.Manifest, "rollouts"), want, "r001-ht")
 	evals = checkEvals(t, readTable[schemas.Eval](t, s, tres.Manifest, "evals"), want, samples)
-	name := "h0"
+	name := h0name
 	if winner == variant {
 		name = variant[:len("sha256:")+12]
 	}
