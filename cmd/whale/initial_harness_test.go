@@ -37,7 +37,7 @@ func TestInitialNamedHarness(t *testing.T) {
 		src := `name: tags
 domain: math
 schedule: weights-only
-data: {train: datasets/sums, test: datasets/sums}
+data: {train: datasets/sums, test: datasets/sums-test}
 model: {name: fake-model, endpoints: [%q], concurrency: 2}
 rsft: {group_size: 2, batch_size: 3}
 harness: {initial: %s}
@@ -46,6 +46,7 @@ budget: {weight_steps: 1}
 eval: {k: 2}
 `
 		whale(t, "data", "import", "--root", r.url, "--domain", "math", data).mustCode(t, exitOK, "datasets/sums")
+		importSumsTest(t, r.url)
 		bad := writeFile(t, "bad.yaml", fmt.Sprintf(src, srv.URL, "h0-compact"))
 		whale(t, "init", "--root", r.url, bad).mustCode(t, exitUsage, "harness.initial", `domain math has no built-in harness "h0-compact"`, "h0, h0-tags")
 

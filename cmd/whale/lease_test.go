@@ -98,8 +98,13 @@ func TestRunAfterKill(t *testing.T) {
 		if took == nil || !strings.Contains(took.Reason, fmt.Sprintf("no process %d", cmd.Process.Pid)) {
 			t.Fatalf("no takeover of pid %d in the ledger: %+v", cmd.Process.Pid, took)
 		}
-		if d := took.Time.Sub(start); d > time.Second {
-			t.Fatalf("the lease was taken over %v after the run started, want under a second", d)
+		// 150-170 ms on an idle machine, 1.0-1.4 s seen under load; the
+		// bound leaves room for a loaded CI machine and still fails
+		// long before the 2-minute TTL a waiting run would need.
+		d := took.Time.Sub(start)
+		t.Logf("taken over %v after the run started", d)
+		if d > 10*time.Second {
+			t.Fatalf("the lease was taken over %v after the run started, want at once (well under the TTL)", d)
 		}
 	})
 }
