@@ -312,6 +312,9 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 			return err
 		}
 	}
+	// generated is the id made for this execution; the backend or the
+	// trainer may name the checkpoint otherwise (loadLoRA).
+	generated := modelID
 	env := map[string]string{
 		"WHALE_SFT_PARQUET":     sftDir,
 		"WHALE_SFT_JSONL":       jsonlPath,
@@ -370,7 +373,7 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	switch cfg.Reload {
 	case ReloadVLLMLoRA:
 		loraPath := expandLoRAPath(cfg.LoRAPath, outDir, x, modelID)
-		if reloaded, err = st.loadLoRA(ctx, log, modelID, loraPath, defaultModelID(cfg, x)+"-a"); err != nil {
+		if reloaded, err = st.loadLoRA(ctx, log, modelID, loraPath, defaultModelID(cfg, x)+"-a", modelID == generated); err != nil {
 			return err
 		}
 		// The server reads the adapter again when its LoRA cache evicts

@@ -31,6 +31,10 @@ const UnloadLoRAPath = "/v1/unload_lora_adapter"
 // adapters loaded (with their "parent").
 const ModelsPath = "/v1/models"
 
+// randRead is where adapter names get their random part (a test sets
+// it).
+var randRead = rand.Read
+
 // loraModelID is the model id of a LoRA step: "<ModelName>@<run>/<position>"
 // then "-a<attempt>-<8 hex digits>", new for every execution. vLLM keeps
 // adapters by name, and an uncommitted attempt is resumed under its number
@@ -40,7 +44,7 @@ const ModelsPath = "/v1/models"
 // rollouts request and the id their rows record.
 func loraModelID(cfg Config, x *stages.Exec) (string, error) {
 	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	if _, err := randRead(b[:]); err != nil {
 		return "", fmt.Errorf("finetune: adapter name: %w", err)
 	}
 	return fmt.Sprintf("%s-a%d-%s", defaultModelID(cfg, x), x.Attempt, hex.EncodeToString(b[:])), nil
@@ -50,16 +54,24 @@ func loraModelID(cfg Config, x *stages.Exec) (string, error) {
 // name modelID, then unloads the adapters that earlier tries of this
 // position left loaded (names that start with prefix, other than modelID).
 // vLLM answers a load with 200, or 400 "… has already been loaded" for a
-// name it holds: as modelID is new for every execution (loraModelID), that
-// is a clash with an adapter whale did not load, and fails the stage
-// rather than replace it. Transport errors and retryable statuses
-// (internal/retry: 408, 429, 5xx but 501 and 505) are retried twice; any
-// other answer fails the stage.
-func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPath, prefix string) (int, error) {
+// name it holds. When fresh, modelID is new to this execution
+// (loraModelID), so that answer is a clash with an adapter whale did not
+// load and fails the stage rather than replace it. Otherwise the id came
+// from the backend or the trainer (the local backend names a checkpoint
+// by its digest; a trainer may write whale_model_id) and may be an
+// earlier try's: that adapter is unloaded and this one loaded in its
+// place. Transport errors and retryable statuses (internal/retry: 408,
+// 429, 5xx but 501 and 505) are retried twice; any other answer fails the
+// stage.
+func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPath, prefix string, fresh bool) (int, error) {
 	if len(st.ReloadEndpoints) == 0 {
 		return 0, errors.New("finetune: reload is vllm-lora but no endpoints are configured (model.endpoints)")
 	}
 	load, err := json.Marshal(map[string]string{"lora_name": modelID, "lora_path": loraPath})
+	if err != nil {
+		return 0, err
+	}
+	unload, err := json.Marshal(map[string]string{"lora_name": modelID})
 	if err != nil {
 		return 0, err
 	}
@@ -68,10 +80,18 @@ func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPa
 		if err != nil {
 			return 0, err
 		}
-		if _, err := st.call(ctx, http.MethodPost, u, load); err != nil {
+		_, err = st.call(ctx, http.MethodPost, u, load)
+		if alreadyLoaded(err) && !fresh {
+			log.Warn("finetune: the server holds an adapter of this name from an earlier try; replacing it", "endpoint", redact.URL(u), "lora_name", modelID)
+			uu, _ := adminURL(ep, UnloadLoRAPath)
+			if _, err = st.call(ctx, http.MethodPost, uu, unload); err == nil {
+				_, err = st.call(ctx, http.MethodPost, u, load)
+			}
+		}
+		if err != nil {
 			var se *statusError
 			switch {
-			case errors.As(err, &se) && se.status == http.StatusBadRequest && strings.Contains(strings.ToLower(se.text), "already"):
+			case alreadyLoaded(err):
 				return 0, fmt.Errorf("%w (whale names each try's adapter anew, so another client loaded %q)", err, modelID)
 			case errors.As(err, &se) && se.status == http.StatusNotFound:
 				return 0, fmt.Errorf("%w: the server has no %s; start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora", err, LoadLoRAPath)
@@ -82,6 +102,13 @@ func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPa
 		st.unloadStale(ctx, log, ep, modelID, prefix)
 	}
 	return len(st.ReloadEndpoints), nil
+}
+
+// alreadyLoaded reports vLLM's 400 "The lora adapter '…' has already been
+// loaded."
+func alreadyLoaded(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.status == http.StatusBadRequest && strings.Contains(strings.ToLower(se.text), "already")
 }
 
 // unloadStale unloads the adapters of earlier tries of this position from

@@ -107,24 +107,55 @@ func TestReloadFakeVLLMLoRAFreshNamePerTry(t *testing.T) {
 	}
 }
 
-// An adapter name the server already holds (a trainer's own id, loaded
-// by someone else) is not replaced: the stage fails and says why.
+// A name the server already holds: an id whale made for this execution
+// is someone else's adapter, not replaced (the stage fails and says why);
+// an id the trainer chose (whale_model_id) may be an earlier try's, which
+// is unloaded and loaded again from this try's directory.
 func TestReloadFakeVLLMLoRAAlreadyLoaded(t *testing.T) {
 	fastReloadRetry(t)
-	srv, v := fakeVLLM(t, modeltest.VLLMOptions{RuntimeLoRA: true})
-	v.LoadAdapter("mine", "/elsewhere")
-	s := openStore(t, "mem://")
-	commitSFT(t, s, "r001-w01", examples(1))
-	cfg := baseConfig(countingTrainer + `echo mine > "$WHALE_OUTPUT_DIR/whale_model_id"` + "\n")
-	cfg.Reload = ReloadVLLMLoRA
-	_, err := stages.Execute(context.Background(), s, ftSpec("r001-w01", cfg, ""), &Stage{WorkDir: t.TempDir(), ReloadEndpoints: []string{srv.URL}})
-	if err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), "already been loaded") || !strings.Contains(err.Error(), "another client") {
-		t.Fatalf("err = %v", err)
+	old := randRead
+	randRead = func(b []byte) (int, error) { clear(b); return len(b), nil }
+	t.Cleanup(func() { randRead = old })
+	cases := []struct {
+		name, trainer, held string
+		wantErr             []string
+		calls               []string
+	}{
+		{"whale's name", countingTrainer, "qwen@exp/r001-w01-a1-00000000",
+			[]string{"HTTP 400", "has already been loaded", "another client loaded"},
+			[]string{"POST /v1/load_lora_adapter qwen@exp/r001-w01-a1-00000000"}},
+		{"trainer's name", countingTrainer + `echo mine > "$WHALE_OUTPUT_DIR/whale_model_id"` + "\n", "mine", nil,
+			[]string{"POST /v1/load_lora_adapter mine", "POST /v1/unload_lora_adapter mine", "POST /v1/load_lora_adapter mine"}},
 	}
-	if got := v.Adapters(); got["mine"] != "/elsewhere" {
-		t.Fatalf("the other adapter was replaced: %v", got)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv, v := fakeVLLM(t, modeltest.VLLMOptions{RuntimeLoRA: true})
+			v.LoadAdapter(c.held, "/elsewhere")
+			s := openStore(t, "mem://")
+			commitSFT(t, s, "r001-w01", examples(1))
+			cfg := baseConfig(c.trainer)
+			cfg.Reload = ReloadVLLMLoRA
+			res, err := stages.Execute(context.Background(), s, ftSpec("r001-w01", cfg, ""), &Stage{WorkDir: t.TempDir(), ReloadEndpoints: []string{srv.URL}})
+			for _, w := range c.wantErr {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Fatalf("err = %v, want %q", err, w)
+				}
+			}
+			if got := v.Admin(); len(got) < len(c.calls) || !slices.Equal(got[:len(c.calls)], c.calls) {
+				t.Errorf("calls %v, want %v first", v.Admin(), c.calls)
+			}
+			if c.wantErr != nil {
+				if got := v.Adapters(); got[c.held] != "/elsewhere" {
+					t.Fatalf("the other adapter was replaced: %v", got)
+				}
+				notCommitted(t, s, "r001-w01")
+				return
+			}
+			if err != nil || res.Manifest.Summary[SumModelID] != c.held || v.Adapters()[c.held] == "/elsewhere" {
+				t.Fatalf("err %v, summary %v, adapters %v", err, res.Manifest.Summary, v.Adapters())
+			}
+		})
 	}
-	notCommitted(t, s, "r001-w01")
 }
 
 // fullTrainer writes a Hugging Face directory as the reference trainer
