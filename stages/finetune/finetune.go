@@ -199,8 +199,10 @@ type Stage struct {
 	// current directory.
 	CommandDir string
 	// APIKey, when set, is sent as a bearer token to ReloadEndpoints.
-	APIKey     string
-	HTTPClient *http.Client // nil: a client with a 5-minute timeout
+	APIKey string
+	// HTTPClient sends the reload calls; nil: a default client. Each try
+	// of a call is bounded: 5 minutes, reload_weights WeightsLoadTimeout.
+	HTTPClient *http.Client
 	// KillGrace is how long a cancelled trainer gets between SIGTERM and
 	// SIGKILL of its process group; 0 means 10 s.
 	KillGrace time.Duration

@@ -80,12 +80,12 @@ func (st *Stage) loadLoRA(ctx context.Context, log *slog.Logger, modelID, loraPa
 		if err != nil {
 			return 0, err
 		}
-		_, err = st.call(ctx, http.MethodPost, u, load)
+		_, err = st.call(ctx, http.MethodPost, u, load, callTimeout)
 		if alreadyLoaded(err) && !fresh {
 			log.Warn("finetune: the server holds an adapter of this name from an earlier try; replacing it", "endpoint", redact.URL(u), "lora_name", modelID)
 			uu, _ := adminURL(ep, UnloadLoRAPath)
-			if _, err = st.call(ctx, http.MethodPost, uu, unload); err == nil {
-				_, err = st.call(ctx, http.MethodPost, u, load)
+			if _, err = st.call(ctx, http.MethodPost, uu, unload, callTimeout); err == nil {
+				_, err = st.call(ctx, http.MethodPost, u, load, callTimeout)
 			}
 		}
 		if err != nil {
@@ -126,7 +126,7 @@ func (st *Stage) unloadStale(ctx context.Context, log *slog.Logger, ep, keep, pr
 		}
 		body, _ := json.Marshal(map[string]string{"lora_name": m.ID})
 		u, _ := adminURL(ep, UnloadLoRAPath)
-		if _, err := st.call(ctx, http.MethodPost, u, body); err != nil {
+		if _, err := st.call(ctx, http.MethodPost, u, body, callTimeout); err != nil {
 			log.Warn("finetune: cannot unload the adapter of an earlier try", "lora_name", m.ID, "err", err)
 			continue
 		}
@@ -147,7 +147,7 @@ func (st *Stage) listModels(ctx context.Context, ep string) ([]servedModel, erro
 	if err != nil {
 		return nil, err
 	}
-	text, err := st.call(ctx, http.MethodGet, u, nil)
+	text, err := st.call(ctx, http.MethodGet, u, nil, callTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -187,16 +187,23 @@ type statusError struct {
 
 func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.text) }
 
+// callTimeout bounds one try of a control call; reload_weights has its
+// own (WeightsLoadTimeout).
+const callTimeout = 5 * time.Minute
+
 // call sends a request with body (nil: none) to u with the stage's key
-// and returns the answer's text. Transport errors and retryable statuses
-// are retried (reloadRetry); another status is a *statusError at once.
-func (st *Stage) call(ctx context.Context, method, u string, body []byte) (string, error) {
+// and returns the answer's text; each try may take timeout. Transport
+// errors and retryable statuses are retried (reloadRetry); another status
+// is a *statusError at once.
+func (st *Stage) call(ctx context.Context, method, u string, body []byte, timeout time.Duration) (string, error) {
 	client := st.HTTPClient
 	if client == nil {
-		client = &http.Client{Timeout: 5 * time.Minute}
+		client = &http.Client{}
 	}
 	var out string
 	err := retry.Do(ctx, reloadRetry, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		var rd io.Reader
 		if body != nil {
 			rd = bytes.NewReader(body)

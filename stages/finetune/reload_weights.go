@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/whalerun/whale/internal/redact"
 )
@@ -30,6 +31,10 @@ const (
 	// computed with the old weights and would otherwise be reused.
 	ResetPrefixCachePath = "/reset_prefix_cache"
 )
+
+// WeightsLoadTimeout bounds one reload_weights call: the servers read the
+// whole checkpoint from a shared filesystem, tens of GB for a large model.
+const WeightsLoadTimeout = 30 * time.Minute
 
 // devModeHint is what a 404 from a development endpoint means.
 const devModeHint = "the server has no %s: start vLLM with VLLM_SERVER_DEV_MODE=1 (its development endpoints are off), or use reload: command (jobs/vllm/reload.sh)"
@@ -57,7 +62,7 @@ func (st *Stage) reloadWeights(ctx context.Context, log *slog.Logger, served, di
 		if err != nil {
 			return 0, err
 		}
-		if _, err := st.call(ctx, http.MethodPost, u, rpc); err != nil {
+		if _, err := st.call(ctx, http.MethodPost, u, rpc, WeightsLoadTimeout); err != nil {
 			var se *statusError
 			if errors.As(err, &se) && se.status == http.StatusNotFound {
 				return 0, fmt.Errorf("%w: "+devModeHint, err, CollectiveRPCPath)
@@ -66,7 +71,7 @@ func (st *Stage) reloadWeights(ctx context.Context, log *slog.Logger, served, di
 		}
 		log.Info("finetune: weights reloaded", "endpoint", redact.URL(u), "weights_path", dir)
 		uc, _ := adminURL(ep, ResetPrefixCachePath)
-		if _, err := st.call(ctx, http.MethodPost, uc, nil); err != nil {
+		if _, err := st.call(ctx, http.MethodPost, uc, nil, callTimeout); err != nil {
 			var se *statusError
 			if errors.As(err, &se) && se.status == http.StatusNotFound {
 				return 0, fmt.Errorf("%w: "+devModeHint, err, ResetPrefixCachePath)
