@@ -25,7 +25,8 @@ const (
 	// every worker has finished. The architecture and shapes must be the
 	// model's: it replaces weights, not the model. The server keeps
 	// serving under its --served-model-name, which /v1/models lists and
-	// requests must name; only the weights change.
+	// requests must name, and /v1/models keeps the start directory as
+	// "root"; only the weights change.
 	CollectiveRPCPath = "/collective_rpc"
 	// ResetPrefixCachePath drops the prefix cache, whose KV blocks were
 	// computed with the old weights and would otherwise be reused.
