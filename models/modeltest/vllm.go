@@ -139,7 +139,9 @@ func (v *VLLM) serves(model string) bool {
 func (v *VLLM) models() map[string]any {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	data := []map[string]any{{"id": v.opts.Served, "object": "model", "owned_by": "vllm", "root": v.weights, "parent": nil}}
+	// root is the directory the server started on, reloads or not, as
+	// vLLM reports it.
+	data := []map[string]any{{"id": v.opts.Served, "object": "model", "owned_by": "vllm", "root": v.opts.Weights, "parent": nil}}
 	names := make([]string, 0, len(v.adapters))
 	for n := range v.adapters {
 		names = append(names, n)
