@@ -210,11 +210,13 @@ func (pl *Planner) PlanAt(ctx context.Context, name, position string) (*Plan, er
 	return p, nil
 }
 
-// modelID is the id the stages after the finetune stage model record:
-// its "model_id" summary when the reload put that checkpoint on the
-// servers (vllm-lora and command under that id, vllm-weights under
-// model.name: modelFor asks for the served name then), else model.name.
-// reload none leaves the servers to the trainer, which keeps the name.
+// modelID is the model id of the stages that use the finetune manifest
+// model (nil: none yet): what they record and, but for vllm-weights, ask
+// the servers for. It is the manifest's "model_id" summary when the reload
+// put that checkpoint on the servers — vllm-lora and command serve it
+// under that id, vllm-weights under model.name (modelFor then asks for
+// the served name) — else model.name: reload none leaves the servers to
+// the trainer, which keeps the name.
 func modelID(e *spec.Experiment, model *storage.Manifest) string {
 	if model == nil || e.Finetune.Reload == spec.ReloadNone || e.Finetune.Reload == "" {
 		return e.Model.Name
