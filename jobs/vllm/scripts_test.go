@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +21,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/whalerun/whale/schemas"
+	"github.com/whalerun/whale/stages"
+	"github.com/whalerun/whale/stages/finetune"
+	"github.com/whalerun/whale/storage"
 )
 
 func TestMain(m *testing.M) {
@@ -313,5 +320,77 @@ func TestScriptsLint(t *testing.T) {
 	}
 	if out, err := exec.Command("shellcheck", append([]string{"--shell=sh"}, scripts...)...).CombinedOutput(); err != nil {
 		t.Errorf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// sftTable stands in for the filter stage: it commits one SFT row.
+type sftTable struct{}
+
+func (sftTable) Name() string { return "filter" }
+
+func (sftTable) Run(ctx context.Context, x *stages.Exec) error {
+	w, err := x.Create(ctx, "sft.parquet")
+	if err != nil {
+		return err
+	}
+	pw, err := schemas.NewWriter[schemas.SFTExample](w, schemas.SFT, schemas.WriterOptions{})
+	if err != nil {
+		return err
+	}
+	row := schemas.SFTExample{ExampleID: "e0", EpisodeID: "p0", TaskID: "t0", TrainMask: []bool{false, true},
+		Messages: []schemas.Message{{Role: "user", Content: "1+1?"}, {Role: "assistant", Content: "2"}}}
+	if err := pw.Write(row); err != nil {
+		return err
+	}
+	if err := pw.Close(); err != nil {
+		return err
+	}
+	w.SetRows(pw.Rows())
+	return w.Close()
+}
+
+// The finetune stage with reload: command and reload.sh as its
+// reload_command, as an experiment file names it: the stage's
+// environment is the script's contract, and the stage commits only once
+// the server serves the checkpoint under the id the stage records.
+func TestReloadScriptFromFinetuneStage(t *testing.T) {
+	ctx := context.Background()
+	state := t.TempDir()
+	url, _ := startServe(t, state, hfDir(t, "base"), "sk-test")
+	t.Setenv("VLLM_API_KEY", "sk-test") // whale's environment, not the spec
+	s, err := storage.Open(ctx, "mem://", &storage.Options{TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := stages.Execute(ctx, s, stages.Spec{Run: "exp", Position: "r001-w01", Config: map[string]any{"n": 1}, Log: quiet}, sftTable{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := finetune.Config{
+		Backend: finetune.BackendCommand,
+		Command: `printf '{}' > "$WHALE_OUTPUT_DIR/config.json"; printf 'trained %s' "$WHALE_POSITION" > "$WHALE_OUTPUT_DIR/model.safetensors"`,
+		Env: map[string]string{"WHALE_VLLM_STATE": state, "WHALE_VLLM_ENDPOINTS": url + "/v1",
+			"WHALE_VLLM_POLL": "0.2", "WHALE_VLLM_TIMEOUT": "30"},
+		BaseCheckpoint: "/models/base", ModelName: "fake-model", LearningRate: 1e-6, Epochs: 1,
+		Reload: finetune.ReloadCommand, ReloadCommand: "jobs/vllm/reload.sh",
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := stages.Spec{Run: "exp", Position: "r001-w01", Config: cfg, Log: quiet,
+		Inputs: []stages.InputRef{{Name: "sft", Position: "r001-w01", Stage: "filter"}}}
+	res, err := stages.Execute(ctx, s, spec, &finetune.Stage{CommandDir: repo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := res.Manifest.Summary[finetune.SumModelID].(string)
+	got, root, err := served(url, "sk-test")
+	if err != nil || id != "fake-model@exp/r001-w01" || got != id {
+		t.Fatalf("the stage recorded %q; the server serves %q (%v)", id, got, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "model.safetensors")); string(b) != "trained r001-w01" {
+		t.Fatalf("the server runs %s holding %q", root, b)
 	}
 }
