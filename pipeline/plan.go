@@ -211,6 +211,23 @@ func (pl *Planner) PlanAt(ctx context.Context, name, position string) (*Plan, er
 	return p, nil
 }
 
+// modelID is the model id of the stages that use the finetune manifest
+// model (nil: none yet): what they record and, but for vllm-weights, ask
+// the servers for. It is the manifest's "model_id" summary when the reload
+// put that checkpoint on the servers — vllm-lora and command serve it
+// under that id, vllm-weights under model.name (modelFor then asks for
+// the served name) — else model.name: reload none leaves the servers to
+// the trainer, which keeps the name.
+func modelID(e *spec.Experiment, model *storage.Manifest) string {
+	if model == nil || e.Finetune.Reload == spec.ReloadNone || e.Finetune.Reload == "" {
+		return e.Model.Name
+	}
+	if id, _ := model.Summary[finetune.SumModelID].(string); id != "" {
+		return id
+	}
+	return e.Model.Name
+}
+
 // StageSeed derives a stage's seed from the run's: every stage draws from
 // its own stream, and rerunning a stage reproduces its episodes.
 func StageSeed(runSeed int64, position, stage string) int64 {
@@ -230,12 +247,7 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 		Place: stages.Place{Schedule: e.Schedule, Round: d.Round, Section: string(d.Kind)},
 	}
 	model := st.model(pos)
-	p.Model = e.Model.Name
-	if model != nil && e.Finetune.Reload == spec.ReloadVLLMLoRA {
-		if id, _ := model.Summary[finetune.SumModelID].(string); id != "" {
-			p.Model = id
-		}
-	}
+	p.Model = modelID(e, model)
 	modelInput := func() {
 		if model != nil {
 			spc.Inputs = append(spc.Inputs, stages.InputRef{Name: "model", Key: model.Dir})

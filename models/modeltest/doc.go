@@ -28,4 +28,12 @@
 // counts calls and tracks the most requests in flight at once, so tests can
 // assert what a client sent and how hard it pushed. Record(false) stops
 // the recording, for benchmarks whose heap must stay flat.
+//
+// Server.VLLM turns the server into a FAKE vLLM (vllm.go): chat requests
+// must name the served model or a loaded LoRA adapter (else vLLM's 404),
+// and it answers vLLM's control endpoints whale uses — /collective_rpc
+// reload_weights and /reset_prefix_cache (404 unless dev mode), and
+// /v1/load_lora_adapter and /v1/unload_lora_adapter (404 unless runtime
+// LoRA updating) — with vLLM's failures: 400 "already been loaded", 500
+// while loading weights.
 package modeltest

@@ -161,6 +161,7 @@ type Server struct {
 	inFlight    int
 	maxInFlight int
 	slots       chan struct{} // nil: unbounded
+	vllm        *VLLM         // nil: not a fake vLLM (see Server.VLLM)
 	running     int
 	maxRunning  int
 	held        time.Duration
@@ -260,6 +261,12 @@ func (s *Server) MaxRunning() int {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	v := s.vllm
+	s.mu.Unlock()
+	if v != nil && v.handle(w, r) {
+		return
+	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
 		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{"id": "modeltest", "object": "model"}}})
@@ -295,6 +302,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 	if decodeErr != nil {
 		writeError(w, http.StatusBadRequest, decodeErr.Error())
+		return
+	}
+	if v != nil && !v.serves(req.Model) {
+		writeVLLMError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return
 	}
 	rep := h(req)

@@ -41,15 +41,16 @@ const (
 	OnFailureStop = finetune.OnFailureStop
 	OnFailureSkip = finetune.OnFailureSkip
 
-	ReloadNone     = finetune.ReloadNone
-	ReloadVLLMLoRA = finetune.ReloadVLLMLoRA
-	ReloadCommand  = finetune.ReloadCommand
+	ReloadNone        = finetune.ReloadNone
+	ReloadVLLMLoRA    = finetune.ReloadVLLMLoRA
+	ReloadVLLMWeights = finetune.ReloadVLLMWeights
+	ReloadCommand     = finetune.ReloadCommand
 )
 
 var (
 	Switches  = []string{SwitchFixed, SwitchPatience}
 	Providers = []string{ProviderOpenAI, ProviderLocal}
-	Reloads   = []string{ReloadNone, ReloadVLLMLoRA, ReloadCommand}
+	Reloads   = []string{ReloadNone, ReloadVLLMLoRA, ReloadVLLMWeights, ReloadCommand}
 )
 
 // Experiment is one experiment file. Field comments give the YAML key, the
@@ -228,9 +229,13 @@ type Finetune struct {
 	// output directory are passed in the environment.
 	Command string            `yaml:"command" json:"command"`
 	Env     map[string]string `yaml:"env" json:"env"`
-	// Reload is none, vllm-lora or command: how the inference server is told
-	// to use the new checkpoint. Required for the command backend unless
-	// rsft.lora (then vllm-lora).
+	// Reload is how the inference servers are told to use the new
+	// checkpoint: vllm-lora (load the adapter under the step's model id),
+	// vllm-weights (load a full checkpoint into the running vLLM servers in
+	// place; they keep serving model.name), command (run reload_command,
+	// which must leave the servers serving it under $WHALE_MODEL_ID, e.g.
+	// jobs/vllm/reload.sh) or none. Required for the command backend
+	// unless rsft.lora (then vllm-lora).
 	Reload        string `yaml:"reload" json:"reload"`
 	ReloadCommand string `yaml:"reload_command" json:"reload_command"`
 	// OnFailure is what a failed training does: stop (default: the run

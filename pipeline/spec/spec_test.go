@@ -250,6 +250,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{`field harness.agent.command: required`, `field budget: set at least one of weight_steps`}},
 		{"command backend needs reload", strings.Replace(minimal, "  reload: none\n", "", 1),
 			[]string{`field finetune.reload: required for backend command`}},
+		{"vllm-weights loads a full checkpoint", strings.Replace(minimal, "  reload: none\n", "  reload: vllm-weights\n", 1) + "rsft: {lora: true}\n",
+			[]string{`field finetune.reload: vllm-weights loads a full checkpoint, but rsft.lora is true: load adapters with vllm-lora`}},
+		{"vllm-lora needs lora", strings.Replace(minimal, "  reload: none\n", "  reload: vllm-lora\n", 1),
+			[]string{`field finetune.reload: vllm-lora loads LoRA adapters; set rsft.lora: true, or for a full fine-tune choose vllm-weights`}},
+		{"unknown reload", strings.Replace(minimal, "  reload: none\n", "  reload: vllm-reload\n", 1),
+			[]string{`field finetune.reload: must be one of none, vllm-lora, vllm-weights, command; got "vllm-reload"`}},
+		{"reload command needs its command", strings.Replace(minimal, "  reload: none\n", "  reload: command\n", 1),
+			[]string{`field finetune.reload_command: required`, `jobs/vllm/reload.sh`}},
 		{"stagewise needs harness iterations", minimal + "schedule: stagewise\n",
 			[]string{`field budget.harness_iterations: required for schedule stagewise`}},
 		{"searchqa needs a retriever", replaceLine(t, "domain: math", "domain: searchqa"),
@@ -721,5 +729,14 @@ budget: {weight_steps: 10}
 		if err == nil || !strings.Contains(err.Error(), "tools.retriever_api_key_env") || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "93b1e7") {
 			t.Errorf("%s: %v", tc.tools, err)
 		}
+	}
+}
+
+// reload: vllm-weights is a full fine-tune's hand-off to running vLLM
+// servers: it parses with the command backend and no LoRA.
+func TestReloadVLLMWeights(t *testing.T) {
+	e := mustParse(t, strings.Replace(minimal, "  reload: none\n", "  reload: vllm-weights\n", 1))
+	if e.Finetune.Reload != ReloadVLLMWeights || e.RSFT.LoRA {
+		t.Fatalf("reload %q, lora %v", e.Finetune.Reload, e.RSFT.LoRA)
 	}
 }

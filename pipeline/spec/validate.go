@@ -353,8 +353,8 @@ func (e *Experiment) validateFinetune(c *checker) {
 	if f.Reload != "" {
 		c.oneOf("finetune.reload", f.Reload, Reloads)
 	}
-	if f.Reload == ReloadCommand {
-		c.required("finetune.reload_command", f.ReloadCommand, "the command that makes the inference server load the new checkpoint")
+	if check := reloadChecks[f.Reload]; check != nil {
+		check(e, c)
 	}
 	c.oneOf("finetune.on_failure", f.OnFailure, []string{OnFailureStop, OnFailureSkip})
 	if (f.Srun || len(f.SrunArgs) > 0) && f.Backend != FinetuneCommand {
@@ -376,11 +376,31 @@ func (e *Experiment) validateFinetuneCommand(c *checker) {
 		c.add("finetune.backend", "must be local when model.provider is local (the built-in model trains in-process)")
 	}
 	if f.Reload == "" {
-		c.add("finetune.reload", "required for backend command: vllm-lora (load LoRA adapters), command (run reload_command) or none (the trainer command makes the server use the new weights itself)")
+		c.add("finetune.reload", "required for backend command: vllm-lora (load LoRA adapters), vllm-weights (load a full checkpoint into the running vLLM servers), command (run reload_command) or none (the trainer command makes the server use the new weights itself)")
 	}
-	if f.Reload == ReloadVLLMLoRA && !e.RSFT.LoRA {
-		c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true or choose command or none")
-	}
+}
+
+// reloadChecks check what each reload mode (finetune.reload, one of
+// Reloads) needs of the rest of the experiment, by name.
+var reloadChecks = map[string]func(*Experiment, *checker){
+	ReloadVLLMLoRA: func(e *Experiment, c *checker) {
+		if e.Finetune.Backend == FinetuneCommand && !e.RSFT.LoRA {
+			c.add("finetune.reload", "vllm-lora loads LoRA adapters; set rsft.lora: true, or for a full fine-tune choose vllm-weights, command or none")
+		}
+	},
+	ReloadVLLMWeights: func(e *Experiment, c *checker) {
+		switch {
+		case e.Finetune.Backend != FinetuneCommand:
+			c.add("finetune.reload", "vllm-weights loads a trainer's checkpoint into vLLM servers; backend %q serves its model itself (use vllm-lora)", e.Finetune.Backend)
+		case e.RSFT.LoRA:
+			c.add("finetune.reload", "vllm-weights loads a full checkpoint, but rsft.lora is true: load adapters with vllm-lora")
+		case len(e.Model.Endpoints) == 0:
+			c.add("finetune.reload", "vllm-weights needs model.endpoints: the vLLM servers to load the checkpoint into")
+		}
+	},
+	ReloadCommand: func(e *Experiment, c *checker) {
+		c.required("finetune.reload_command", e.Finetune.ReloadCommand, "the command that makes the inference servers serve the new checkpoint under $WHALE_MODEL_ID, e.g. jobs/vllm/reload.sh")
+	},
 }
 
 // validateFinetuneLocal checks the local backend: it trains the built-in

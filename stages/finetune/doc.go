@@ -32,8 +32,22 @@
 //   - An empty SFT table trains nothing: the stage commits trained=false and
 //     an Index that carries the base forward (its entries keep pointing at
 //     the committed files of the stage that wrote them).
-//   - After the upload and before the commit, Reload tells the server:
-//     vllm-lora posts /v1/load_lora_adapter to every endpoint, command runs
-//     Config.ReloadCommand, none does nothing. A failed hand-off fails the
-//     stage.
+//   - After the upload and before the commit, Reload tells the servers
+//     (one path each; a failed hand-off fails the stage, nothing is
+//     committed, and a rerun hands off again):
+//     vllm-lora posts /v1/load_lora_adapter to every endpoint under the
+//     model id, which for LoRA is new to every execution
+//     ("<name>@<run>/<position>-a<attempt>-<hex>", loraModelID: vLLM keeps
+//     adapters by name), then unloads the adapters earlier tries of the
+//     position left; vllm-weights loads the full checkpoint into every
+//     running server in place (POST /collective_rpc reload_weights with
+//     weights_path, then /reset_prefix_cache; vLLM's development
+//     endpoints, VLLM_SERVER_DEV_MODE=1) and checks that the server still
+//     serves Config.ModelName, which is what rollouts then request while
+//     their rows record the position's id; command runs
+//     Config.ReloadCommand with WHALE_CHECKPOINT_DIR and WHALE_MODEL_ID,
+//     which must leave the servers serving the checkpoint under
+//     WHALE_MODEL_ID (jobs/vllm/reload.sh restarts them so); none does
+//     nothing. The model id is the manifest's "model_id" summary, the id
+//     the next rollouts record (pipeline reads it from there).
 package finetune

@@ -20,11 +20,15 @@ import (
 // Name is the stage name.
 const Name = "finetune"
 
-// Reload modes.
+// Reload modes: how the inference servers get the new checkpoint.
 const (
-	ReloadNone     = "none"
+	ReloadNone = "none"
+	// ReloadVLLMLoRA loads the adapter under a name of its own (reload.go).
 	ReloadVLLMLoRA = "vllm-lora"
-	ReloadCommand  = "command"
+	// ReloadVLLMWeights loads a full checkpoint into the running servers
+	// in place, under their served name (reload_weights.go).
+	ReloadVLLMWeights = "vllm-weights"
+	ReloadCommand     = "command"
 )
 
 // What a failed training does (Config.OnFailure).
@@ -53,7 +57,9 @@ const (
 //	                       applies to
 //	WHALE_OUTPUT_DIR       an empty directory for the new checkpoint
 //	WHALE_MODEL_ID         the id the checkpoint will get unless the trainer
-//	                       writes another to $WHALE_OUTPUT_DIR/whale_model_id
+//	                       writes another to $WHALE_OUTPUT_DIR/whale_model_id:
+//	                       "<ModelName>@<run>/<position>", and with reload
+//	                       vllm-lora "-a<attempt>-<8 hex>" after it
 //	WHALE_LEARNING_RATE, WHALE_EPOCHS, WHALE_LORA (1 or 0), WHALE_LORA_RANK,
 //	WHALE_LORA_ALPHA, WHALE_TRAIN_REASONING (1, or 0 with MaskReasoning),
 //	WHALE_SEED, WHALE_RUN, WHALE_POSITION, WHALE_ATTEMPT
@@ -76,7 +82,8 @@ type Config struct {
 	// when the stage has no "base" input.
 	BaseCheckpoint string `json:"base_checkpoint"`
 	// ModelName is the served base model's name; new checkpoints are called
-	// "<ModelName>@<run>/<position>".
+	// "<ModelName>@<run>/<position>" (see WHALE_MODEL_ID). With reload
+	// vllm-weights it is the name the servers keep serving.
 	ModelName string `json:"model_name"`
 
 	LearningRate float64 `json:"learning_rate"`
@@ -88,7 +95,7 @@ type Config struct {
 	// messages out of the loss (WHALE_TRAIN_REASONING=0).
 	MaskReasoning bool `json:"mask_reasoning,omitempty"`
 
-	// Reload is none (or empty), vllm-lora or command.
+	// Reload is none (or empty), vllm-lora, vllm-weights or command.
 	Reload        string `json:"reload"`
 	ReloadCommand string `json:"reload_command,omitempty"`
 	// OnFailure is what a failed training does: "stop" (or empty: the
@@ -151,12 +158,19 @@ func (c Config) Validate() error {
 	}
 	switch c.Reload {
 	case "", ReloadNone, ReloadVLLMLoRA:
+	case ReloadVLLMWeights:
+		if c.LoRA {
+			errs = append(errs, errors.New("reload vllm-weights loads a full checkpoint, but lora is set: a LoRA adapter is loaded with vllm-lora"))
+		}
+		if c.ModelName == "" {
+			errs = append(errs, errors.New("reload vllm-weights needs model_name: the name the servers serve (--served-model-name), which rollouts keep requesting"))
+		}
 	case ReloadCommand:
 		if strings.TrimSpace(c.ReloadCommand) == "" {
 			errs = append(errs, errors.New("reload is command but reload_command is empty"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("reload %q: want none, vllm-lora or command", c.Reload))
+		errs = append(errs, fmt.Errorf("reload %q: want none, vllm-lora, vllm-weights or command", c.Reload))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("finetune config: %w", err)
@@ -185,8 +199,10 @@ type Stage struct {
 	// current directory.
 	CommandDir string
 	// APIKey, when set, is sent as a bearer token to ReloadEndpoints.
-	APIKey     string
-	HTTPClient *http.Client // nil: a client with a 5-minute timeout
+	APIKey string
+	// HTTPClient sends the reload calls; nil: a default client. Each try
+	// of a call is bounded: 5 minutes, reload_weights WeightsLoadTimeout.
+	HTTPClient *http.Client
 	// KillGrace is how long a cancelled trainer gets between SIGTERM and
 	// SIGKILL of its process group; 0 means 10 s.
 	KillGrace time.Duration
@@ -293,6 +309,14 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		return fmt.Errorf("finetune: %w", err)
 	}
 	modelID := defaultModelID(cfg, x)
+	if cfg.Reload == ReloadVLLMLoRA {
+		if modelID, err = loraModelID(cfg, x); err != nil {
+			return err
+		}
+	}
+	// generated is the id made for this execution; the backend or the
+	// trainer may name the checkpoint otherwise (loadLoRA).
+	generated := modelID
 	env := map[string]string{
 		"WHALE_SFT_PARQUET":     sftDir,
 		"WHALE_SFT_JSONL":       jsonlPath,
@@ -351,7 +375,7 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	switch cfg.Reload {
 	case ReloadVLLMLoRA:
 		loraPath := expandLoRAPath(cfg.LoRAPath, outDir, x, modelID)
-		if reloaded, err = st.loadLoRA(ctx, log, modelID, loraPath); err != nil {
+		if reloaded, err = st.loadLoRA(ctx, log, modelID, loraPath, defaultModelID(cfg, x)+"-a", modelID == generated); err != nil {
 			return err
 		}
 		// The server reads the adapter again when its LoRA cache evicts
@@ -359,6 +383,13 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		keepOutput = cfg.LoRAPath == "" || strings.Contains(cfg.LoRAPath, "{output_dir}")
 		if keepOutput {
 			log.Info("finetune: the adapter directory stays for the inference server", "dir", outDir)
+		}
+	case ReloadVLLMWeights:
+		// The servers read the directory during the call, so it need not
+		// outlive the stage; it must be on a filesystem they share
+		// (Stage.WorkDir).
+		if reloaded, err = st.reloadWeights(ctx, log, cfg.ModelName, outDir); err != nil {
+			return err
 		}
 	case ReloadCommand:
 		renv := map[string]string{

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -389,122 +387,6 @@ func TestFinetuneModelIDFromTrainer(t *testing.T) {
 	}
 }
 
-// fakeVLLM records load/unload_lora_adapter requests. It answers like
-// vLLM: 400 "already been loaded" for a name it holds, unless status is
-// set, which it returns for every request.
-type fakeVLLM struct {
-	mu     sync.Mutex
-	status int
-	loaded map[string]bool
-	reqs   []map[string]string
-	auth   []string
-	paths  []string
-}
-
-func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var req map[string]string
-	json.NewDecoder(r.Body).Decode(&req)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reqs = append(f.reqs, req)
-	f.auth = append(f.auth, r.Header.Get("Authorization"))
-	f.paths = append(f.paths, r.Method+" "+r.URL.Path)
-	if f.status != 0 {
-		w.WriteHeader(f.status)
-		io.WriteString(w, "Not Found")
-		return
-	}
-	if f.loaded == nil {
-		f.loaded = map[string]bool{}
-	}
-	name := req["lora_name"]
-	switch r.URL.Path {
-	case LoadLoRAPath:
-		if f.loaded[name] {
-			w.WriteHeader(400)
-			fmt.Fprintf(w, `{"object":"error","message":"The lora adapter '%s' has already been loaded.","code":400}`, name)
-			return
-		}
-		// The adapter must be on disk when vLLM loads it.
-		if _, err := os.Stat(filepath.Join(req["lora_path"], "model.bin")); err != nil {
-			w.WriteHeader(400)
-			io.WriteString(w, "no adapter at "+req["lora_path"])
-			return
-		}
-		f.loaded[name] = true
-		fmt.Fprintf(w, "Success: LoRA adapter '%s' added successfully.", name)
-	case UnloadLoRAPath:
-		delete(f.loaded, name)
-		fmt.Fprintf(w, "Success: LoRA adapter '%s' removed successfully.", name)
-	default:
-		w.WriteHeader(404)
-	}
-}
-
-func TestFinetuneFakeVLLMLoRAHandOff(t *testing.T) {
-	fresh := &fakeVLLM{}
-	// This server kept the adapter of an earlier, uncommitted try.
-	stale := &fakeVLLM{loaded: map[string]bool{"qwen@exp/r001-w01": true}}
-	srvFresh, srvStale := httptest.NewServer(fresh), httptest.NewServer(stale)
-	defer srvFresh.Close()
-	defer srvStale.Close()
-
-	s := openStore(t, "mem://")
-	commitSFT(t, s, "r001-w01", examples(2))
-	cfg := baseConfig(countingTrainer)
-	cfg.Reload = ReloadVLLMLoRA
-	st := &Stage{WorkDir: t.TempDir(), ReloadEndpoints: []string{srvFresh.URL + "/v1", srvStale.URL}, APIKey: "sk-test"}
-	res, err := stages.Execute(context.Background(), s, ftSpec("r001-w01", cfg, ""), st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Manifest.Summary[SumReloaded] != 2.0 {
-		t.Fatalf("summary %v", res.Manifest.Summary)
-	}
-	for _, c := range []struct {
-		f     *fakeVLLM
-		paths []string
-	}{
-		{fresh, []string{"POST " + LoadLoRAPath}},
-		{stale, []string{"POST " + LoadLoRAPath, "POST " + UnloadLoRAPath, "POST " + LoadLoRAPath}},
-	} {
-		if fmt.Sprint(c.f.paths) != fmt.Sprint(c.paths) || !c.f.loaded["qwen@exp/r001-w01"] {
-			t.Fatalf("requests %v, want %v; loaded %v", c.f.paths, c.paths, c.f.loaded)
-		}
-		for i, r := range c.f.reqs {
-			if c.f.auth[i] != "Bearer sk-test" || r["lora_name"] != "qwen@exp/r001-w01" {
-				t.Fatalf("request %d: %v %q", i, r, c.f.auth[i])
-			}
-		}
-		if last := c.f.reqs[len(c.f.reqs)-1]; !strings.HasPrefix(last["lora_path"], st.WorkDir) {
-			t.Fatalf("lora_path %q is not in the work dir", last["lora_path"])
-		}
-	}
-	ok := fresh
-	// The adapter directory stays for the server, the inputs do not.
-	lora := ok.reqs[0]["lora_path"]
-	if _, err := os.Stat(filepath.Join(lora, "model.bin")); err != nil {
-		t.Fatalf("adapter removed after hand-off: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(lora), "sft.jsonl")); !os.IsNotExist(err) {
-		t.Fatalf("sft.jsonl left behind: %v", err)
-	}
-
-	// A server that refuses fails the stage: nothing is committed.
-	refuse := &fakeVLLM{status: 404}
-	srvRefuse := httptest.NewServer(refuse)
-	defer srvRefuse.Close()
-	commitSFT(t, s, "r001-w02", examples(1))
-	st.ReloadEndpoints = []string{srvRefuse.URL + "/v1/"}
-	_, err = stages.Execute(context.Background(), s, ftSpec("r001-w02", cfg, ""), st)
-	if err == nil || !strings.Contains(err.Error(), "HTTP 404") || strings.Contains(err.Error(), "sk-test") {
-		t.Fatalf("err = %v", err)
-	}
-	if _, err := storage.LatestCommitted(context.Background(), s, "exp", "r001-w02", Name); !errors.Is(err, storage.ErrNotFound) {
-		t.Fatalf("committed after a failed hand-off: %v", err)
-	}
-}
-
 func TestFinetuneReloadCommand(t *testing.T) {
 	s := openStore(t, "mem://")
 	commitSFT(t, s, "r001-w01", examples(1))
@@ -670,9 +552,9 @@ func TestLoadLoRAURL(t *testing.T) {
 		"http://h:8000/custom/v1": "http://h:8000/custom/v1/load_lora_adapter",
 	}
 	for in, want := range cases {
-		got, err := loraURL(in, LoadLoRAPath)
+		got, err := adminURL(in, LoadLoRAPath)
 		if want == "" && err == nil || want != "" && (err != nil || got != want) {
-			t.Errorf("loraURL(%q) = %q, %v; want %q", in, got, err, want)
+			t.Errorf("adminURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 		if err != nil && strings.Contains(err.Error(), "pw") {
 			t.Errorf("error leaks user info: %v", err)
