@@ -92,8 +92,9 @@ func checkPaperSettings(t *testing.T, e *spec.Experiment) {
 // /models/), and the paper's examples keep the paper's settings. Datasets,
 // endpoints and services are the user's and are not looked up.
 //
-// finetune.reload_command jobs/vllm/reload.sh comes with the full
-// fine-tune hand-off; until it is in the tree this test fails naming it.
+// An example whose reload_command is jobs/vllm/reload.sh sets the
+// variables that script needs (jobs/vllm/README.md), naming the same
+// servers as model.endpoints.
 func TestExamples(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
 	if err != nil {
@@ -152,6 +153,15 @@ func TestExamples(t *testing.T) {
 			for p, where := range paths {
 				if _, err := os.Stat(filepath.Join(repoRoot, p)); err != nil {
 					t.Errorf("%s names %s, which is not in the repository: %v", where, p, err)
+				}
+			}
+			if strings.Contains(e.Finetune.ReloadCommand, "jobs/vllm/reload.sh") {
+				env := e.Finetune.Env
+				if env["WHALE_VLLM_STATE"] == "" {
+					t.Error("finetune.env has no WHALE_VLLM_STATE, which jobs/vllm/reload.sh needs")
+				}
+				if got, want := strings.Fields(env["WHALE_VLLM_ENDPOINTS"]), e.Model.Endpoints; !slices.Equal(got, want) {
+					t.Errorf("finetune.env WHALE_VLLM_ENDPOINTS %q, want model.endpoints %q", got, want)
 				}
 			}
 			if e.Domain != "demo" { // the demo's checkpoint is written next to it
