@@ -7,6 +7,7 @@ import (
 	"github.com/whalerun/whale/models"
 	"github.com/whalerun/whale/stages"
 	"github.com/whalerun/whale/stages/evaluate"
+	"github.com/whalerun/whale/stages/propose"
 	"github.com/whalerun/whale/stages/rollout"
 )
 
@@ -48,6 +49,8 @@ func (r *Runner) useModel(st stages.Stage, name string) error {
 		slot = &s.Model
 	case *evaluate.Stage:
 		slot = &s.Model
+	case *propose.Stage:
+		slot = &s.Model // the agent's prototypes
 	default:
 		return nil
 	}
