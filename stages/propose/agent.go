@@ -93,7 +93,7 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 	if err != nil {
 		return outcome{}, err
 	}
-	traj, err := writeTrajectories(ctx, x, ws, in.arch, dirs, sc)
+	traj, err := writeTrajectories(ctx, x, ws, dirs, sc, agentTrajectoryBounds)
 	if err != nil {
 		return outcome{}, err
 	}

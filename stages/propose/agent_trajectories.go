@@ -130,6 +130,11 @@ type trajectoryFile struct {
 	omitted  int
 }
 
+// trajectoryBounds are the file bounds of writeTrajectories.
+type trajectoryBounds struct{ file, total int64 }
+
+var agentTrajectoryBounds = trajectoryBounds{file: agentTrajectoryBytes, total: agentTrajectoriesBytes}
+
 // trajectoryStats is what writeTrajectories wrote, for the log.
 type trajectoryStats struct {
 	files, episodes, omitted int
@@ -144,7 +149,7 @@ type trajectoryStats struct {
 // file, or agentTrajectoriesBytes in all, an episode's line keeps only
 // its outcome. Rows of a test evaluation are never read: readArchive
 // refuses one as an input, and rows of section "test" are skipped.
-func writeTrajectories(ctx context.Context, x *stages.Exec, ws string, a *archive, dirs map[string]string, sc *redact.Scrubber) (st trajectoryStats, err error) {
+func writeTrajectories(ctx context.Context, x *stages.Exec, ws string, dirs map[string]string, sc *redact.Scrubber, b trajectoryBounds) (st trajectoryStats, err error) {
 	files := map[string]*trajectoryFile{}
 	defer func() {
 		for _, tf := range files {
@@ -182,22 +187,31 @@ func writeTrajectories(ctx context.Context, x *stages.Exec, ws string, a *archiv
 					files[dir] = tf
 					st.files++
 				}
+				fileFull := fmt.Sprintf("messages and trace left out: this file reached its bound of %d bytes", b.file)
+				allFull := fmt.Sprintf("messages and trace left out: the workspace's trajectories reached their bound of %d bytes", b.total)
 				omitted := ""
 				switch {
-				case tf.bytes >= agentTrajectoryBytes:
-					omitted = fmt.Sprintf("messages and trace left out: this file reached its bound of %d bytes", agentTrajectoryBytes)
-				case st.bytes >= agentTrajectoriesBytes:
-					omitted = fmt.Sprintf("messages and trace left out: the workspace's trajectories reached their bound of %d bytes", agentTrajectoriesBytes)
+				case tf.bytes >= b.file:
+					omitted = fileFull
+				case st.bytes >= b.total:
+					omitted = allFull
 				}
 				line, err := trajectoryLine(r, omitted, sc)
 				if err != nil {
 					return fmt.Errorf("encode episode of task %s: %w", r.TaskID, err)
 				}
-				if omitted == "" && tf.bytes+int64(len(line)) > agentTrajectoryBytes {
-					// The last one that fits no more: outcome only.
-					omitted = fmt.Sprintf("messages and trace left out: this file reached its bound of %d bytes", agentTrajectoryBytes)
-					if line, err = trajectoryLine(r, omitted, sc); err != nil {
-						return err
+				if omitted == "" {
+					// A line that would pass a bound keeps its outcome only.
+					switch {
+					case tf.bytes+int64(len(line)) > b.file:
+						omitted = fileFull
+					case st.bytes+int64(len(line)) > b.total:
+						omitted = allFull
+					}
+					if omitted != "" {
+						if line, err = trajectoryLine(r, omitted, sc); err != nil {
+							return err
+						}
 					}
 				}
 				if _, err := tf.w.Write(line); err != nil {
