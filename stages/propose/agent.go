@@ -47,8 +47,11 @@ func (c Config) checkAgent() []error {
 // and tmp/ (its TMPDIR). Its environment is an allow-list (agentEnv): no
 // bucket credentials, no WHALE_ROOT, no model keys but those
 // Config.AgentEnv names. What it writes comes back through harvest's
-// limits, and its output and its text pass through the scrubber of
-// whale's secret variables before they are stored.
+// limits, and its output (logWriter, streamed into agent.log as it
+// comes) and its text pass through the scrubber of whale's secret
+// variables before they are stored. While it runs, a prototyper plays
+// the ./try requests it writes (Config.Prototype), and stops when it
+// ends.
 //
 // The agent runs under bubblewrap (agentSandbox) where this machine can:
 // it sees the machine read-only but not whale's home, caches and
@@ -329,13 +332,18 @@ func killGroup(pid int, sig syscall.Signal) {
 	}
 }
 
-// writeWorkspace lays out what the agent reads:
+// writeWorkspace lays out what the agent reads (writeTrajectories and
+// writeTaskList add candidates/<dir>/trajectories.jsonl and
+// search_tasks.txt):
 //
-//	SKILL.md            the rules and where to write
+//	SKILL.md            the rules, ./try and where to write
 //	CONTRACT.md         the domain's hook contract
 //	frontier.json       every scored harness, frontier flags, best first
 //	evolution_log.md    every prior candidate: parent, axis, hypothesis, score
-//	candidates/<dir>/   harness.star, scores.json, traces/*.txt
+//	candidates/<dir>/   harness.star, scores.json (trajectories.jsonl)
+//	try, prototype/requests/
+//	                    with Config.Prototype: the prototype command and
+//	                    the folder its requests go to
 //	new/                empty: new/<name>/harness.star + meta.json go here
 func writeWorkspace(ws string, in *input, dirs map[string]string) error {
 	a := in.arch

@@ -296,4 +296,23 @@ func TestWriteWorkspace(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(ws, "new")); err != nil || !fi.IsDir() {
 		t.Fatal("no new/ folder")
 	}
+	if _, err := os.Stat(filepath.Join(ws, "try")); !os.IsNotExist(err) || strings.Contains(skill, "./try") {
+		t.Errorf("./try without a prototype budget: %v", err)
+	}
+
+	// With a prototype budget: ./try, its request folder, and the skill says so.
+	in.cfg.Prototype = &Prototype{ModelName: "target", Episodes: 12}
+	ws = filepath.Join(t.TempDir(), "ws")
+	if err := writeWorkspace(ws, in, candidateDirs(a, in.parent.ID(), string(in.parent.Source()))); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "try")); err != nil || fi.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("./try: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "prototype", "requests")); err != nil || !fi.IsDir() {
+		t.Fatalf("prototype/requests: %v", err)
+	}
+	if skill := read("SKILL.md"); !strings.Contains(skill, "./try HARNESS_FILE TASK_ID") || !strings.Contains(skill, "budget\nof 12 prototype episodes") {
+		t.Errorf("SKILL.md:\n%s", skill)
+	}
 }
