@@ -9,6 +9,7 @@ import (
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/stages"
 	"github.com/whalerun/whale/stages/evaluate"
+	"github.com/whalerun/whale/stages/propose"
 	"github.com/whalerun/whale/stages/rollout"
 )
 
@@ -62,6 +63,8 @@ func (r *Runner) useModel(st stages.Stage, name string) error {
 		slot = &s.Model
 	case *evaluate.Stage:
 		slot = &s.Model
+	case *propose.Stage:
+		slot = &s.Model // the agent's prototypes
 	default:
 		return nil
 	}

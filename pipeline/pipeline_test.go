@@ -22,6 +22,7 @@ import (
 	"github.com/whalerun/whale/pipeline/schedule"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/stages/evaluate"
+	"github.com/whalerun/whale/stages/propose"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -425,7 +426,7 @@ func TestBadTrainerAndEmptyProposals(t *testing.T) {
 		}
 	}
 	src := experimentSource(t, w, "bad", "switch: {fixed: {epochs: 0.5, iterations: 2}}\nbudget: {weight_steps: 2}\n"+
-		"harness: {proposer: agent, agent: {command: 'echo thinking; true'}, candidates_per_iteration: 2, search_set_size: 4}\n")
+		"harness: {proposer: agent, agent: {command: 'echo thinking; ./try candidates/h0-*/harness.star $(head -n 1 search_tasks.txt); true'}, candidates_per_iteration: 2, search_set_size: 4}\n")
 	src = []byte(strings.Replace(string(src), "harness: {proposer: mutate, candidates_per_iteration: 2, search_set_size: 4}\n", "", 1))
 	src = []byte(strings.Replace(string(src), fmt.Sprintf("command: %q", trainer), fmt.Sprintf("command: %q", script), 1))
 	exp, err := spec.Parse("bad.yaml", src)
@@ -477,6 +478,11 @@ func TestBadTrainerAndEmptyProposals(t *testing.T) {
 	}
 	if num(prop.Summary, "valid") != 0 {
 		t.Errorf("agent that writes nothing gave %v valid candidates", prop.Summary["valid"])
+	}
+	// Its one prototype was played with the run's model, within the
+	// planner's budget.
+	if num(prop.Summary, "prototype_episodes") != 1 || !strings.Contains(string(prop.Config), fmt.Sprintf(`"episodes":%d`, propose.DefaultPrototypeEpisodes)) {
+		t.Errorf("prototypes: summary %v, config %s", prop.Summary, prop.Config)
 	}
 	ev, err := storage.LatestCommitted(ctx, w.store, exp.Name, "r001-h02", StageEvaluate)
 	if err != nil {

@@ -354,6 +354,11 @@ func (pl *Planner) fill(ctx context.Context, p *Plan, st *state, pos schedule.Po
 		if propose.UsesLLM(h.Proposer) {
 			cfg.LLM = propose.LLMConfig{Model: h.LLM.Name, Temperature: &h.LLM.Temperature, MaxTokens: h.LLM.MaxTokens}
 		}
+		if h.Proposer == propose.BackendAgent {
+			// The agent's ./try plays what the search-set evaluation
+			// would: the plan's model with the run's decoding.
+			cfg.Prototype = &propose.Prototype{ModelName: p.Model, Sampling: sampling(e.Model), Episodes: propose.DefaultPrototypeEpisodes}
+		}
 		spc.Config = cfg
 	case StageEvaluate:
 		if err := pl.fillEvaluate(p, &spc, pos, here, harness, dataset); err != nil {

@@ -333,9 +333,31 @@ func Text(s string) string {
 			s = strings.ReplaceAll(s, v, Mark)
 		}
 	}
-	s = urlInText.ReplaceAllStringFunc(s, func(u string) string {
-		trimmed := strings.TrimRight(u, urlEnd)
-		return URL(trimmed) + u[len(trimmed):]
+	s = onLinesWith(s, "://", func(l string) string {
+		return urlInText.ReplaceAllStringFunc(l, func(u string) string {
+			trimmed := strings.TrimRight(u, urlEnd)
+			return URL(trimmed) + u[len(trimmed):]
+		})
 	})
-	return secretInText.ReplaceAllString(s, "${1}"+Mark)
+	return onLinesWith(s, "=", func(l string) string { return secretInText.ReplaceAllString(l, "${1}"+Mark) })
+}
+
+// onLinesWith applies f to each line of s that holds marker, and keeps
+// the others. The regular expressions of Text scan at about 1 MB/s and
+// a coding agent's log of many MiB goes through here: each matches only
+// within a line (no match holds a newline) and only where its marker
+// ("://", '=') is, so the lines without it can be skipped.
+func onLinesWith(s, marker string, f func(string) string) string {
+	if !strings.Contains(s, marker) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, marker) {
+			line = f(line)
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }

@@ -300,3 +300,41 @@ func TestText(t *testing.T) {
 		}
 	}
 }
+
+// Text works line by line: the same text on many lines, with lines that
+// need nothing between, comes out as each line does alone.
+func TestTextLines(t *testing.T) {
+	lines := []string{
+		"plain words, nothing to hide\n",
+		"Post \"http://u:pw1234@h:1/v1?opaque=LEAK1\": refused\n",
+		"api_key=sk-LEAK2 and more\n",
+		"x = 1; y=2 and https://h/o?token=LEAK3\r\n",
+		"",
+		"last line without a newline https://a:b@c/d",
+	}
+	var in, want strings.Builder
+	for i := range 50 {
+		l := lines[i%len(lines)]
+		if i%len(lines) == len(lines)-1 {
+			l += "\n"
+		}
+		in.WriteString(l)
+		want.WriteString(Text(l))
+	}
+	if got := Text(in.String()); got != want.String() {
+		t.Fatalf("Text of the whole differs from Text of each line:\n%s\nvs\n%s", got, want.String())
+	}
+	// And as the expressions give over the whole text at once.
+	whole := urlInText.ReplaceAllStringFunc(in.String(), func(u string) string {
+		trimmed := strings.TrimRight(u, urlEnd)
+		return URL(trimmed) + u[len(trimmed):]
+	})
+	if whole = secretInText.ReplaceAllString(whole, "${1}"+Mark); whole != want.String() {
+		t.Fatalf("Text line by line differs from the expressions over the whole text:\n%s\nvs\n%s", want.String(), whole)
+	}
+	for _, leak := range []string{"pw1234", "LEAK1", "LEAK2", "LEAK3", "a:b@"} {
+		if strings.Contains(want.String(), leak) {
+			t.Errorf("%q shows", leak)
+		}
+	}
+}

@@ -112,3 +112,20 @@ func (s *Scrubber) Longest() int {
 	}
 	return len(s.values[0])
 }
+
+// Index returns where the first secret value in t begins (the leftmost
+// occurrence, the longest value there) and its length; -1 and 0 when t
+// holds none. A writer that scrubs a stream piece by piece uses it to
+// cut the stream where no value straddles the cut.
+func (s *Scrubber) Index(t string) (start, n int) {
+	start = -1
+	if s == nil {
+		return start, 0
+	}
+	for _, v := range s.values {
+		if i := strings.Index(t, v); i >= 0 && (start < 0 || i < start) {
+			start, n = i, len(v)
+		}
+	}
+	return start, n
+}

@@ -52,3 +52,24 @@ func TestSecrets(t *testing.T) {
 		t.Error("a value with '=' is kept whole")
 	}
 }
+
+func TestScrubberIndex(t *testing.T) {
+	sc := Secrets([]string{"A_TOKEN=sk-0123456789", "B_TOKEN=sk-0123456789-longer", "C_TOKEN=zz-abcdefgh"})
+	for _, c := range []struct {
+		in       string
+		start, n int
+	}{
+		{"nothing here", -1, 0},
+		{"x zz-abcdefgh y sk-0123456789", 2, 11},
+		{"..sk-0123456789-longer", 2, len("sk-0123456789-longer")}, // the longest value at the same place
+		{"sk-0123456789 then zz-abcdefgh", 0, len("sk-0123456789")},
+	} {
+		if s, n := sc.Index(c.in); s != c.start || n != c.n {
+			t.Errorf("Index(%q) = %d, %d; want %d, %d", c.in, s, n, c.start, c.n)
+		}
+	}
+	var none *Scrubber
+	if s, n := none.Index("sk-0123456789"); s != -1 || n != 0 {
+		t.Error("a nil Scrubber finds nothing")
+	}
+}

@@ -18,17 +18,11 @@ import (
 
 	"github.com/whalerun/whale/internal/redact"
 	"github.com/whalerun/whale/stages"
+	"github.com/whalerun/whale/stages/internal/play"
 )
 
 // DefaultAgentTimeout bounds an agent run when Stage.AgentTimeout is 0.
 const DefaultAgentTimeout = time.Hour
-
-// agentLogBytes is how much of the agent's output the stage keeps (the
-// tail) in agent.log; the rest is never stored, on disk or in memory.
-const agentLogBytes = 256 << 10
-
-// agentTraceBytes bounds each trace file of the workspace.
-const agentTraceBytes = 20000
 
 // checkAgent checks the agent backend's settings.
 func (c Config) checkAgent() []error {
@@ -53,8 +47,11 @@ func (c Config) checkAgent() []error {
 // and tmp/ (its TMPDIR). Its environment is an allow-list (agentEnv): no
 // bucket credentials, no WHALE_ROOT, no model keys but those
 // Config.AgentEnv names. What it writes comes back through harvest's
-// limits, and its output and its text pass through the scrubber of
-// whale's secret variables before they are stored.
+// limits, and its output (logWriter, streamed into agent.log as it
+// comes) and its text pass through the scrubber of whale's secret
+// variables before they are stored. While it runs, a prototyper plays
+// the ./try requests it writes (Config.Prototype), and stops when it
+// ends.
 //
 // The agent runs under bubblewrap (agentSandbox) where this machine can:
 // it sees the machine read-only but not whale's home, caches and
@@ -63,6 +60,11 @@ func (c Config) checkAgent() []error {
 // bubblewrap a file:// root is refused (ErrNoAgentSandbox); any other
 // root runs the agent as whale's user, with a warning.
 func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, error) {
+	if p := in.cfg.Prototype; p != nil {
+		if err := play.CheckModel(s.Model, p.ModelName); err != nil {
+			return outcome{}, fmt.Errorf("propose: the agent's prototypes: %w", err)
+		}
+	}
 	sb, err := s.useSandbox(ctx, in.log)
 	if err != nil {
 		return outcome{}, err
@@ -84,10 +86,22 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 			}
 		}()
 	}
+	sc := redact.Secrets(os.Environ())
 	ws, home, tmp := filepath.Join(root, "workspace"), filepath.Join(root, "home"), filepath.Join(root, "tmp")
-	if err := writeWorkspace(ws, in); err != nil {
+	dirs := candidateDirs(in.arch, in.parent.ID(), string(in.parent.Source()))
+	if err := writeWorkspace(ws, in, dirs); err != nil {
 		return outcome{}, fmt.Errorf("propose: agent workspace %s: %w", ws, err)
 	}
+	tasks, err := writeTaskList(ctx, x, ws)
+	if err != nil {
+		return outcome{}, err
+	}
+	traj, err := writeTrajectories(ctx, x, ws, dirs, sc, agentTrajectoryBounds)
+	if err != nil {
+		return outcome{}, err
+	}
+	in.log.Info("agent workspace written", "candidates", len(dirs), "trajectory_files", traj.files, "episodes", traj.episodes,
+		"episodes_outcome_only", traj.omitted, "trajectory_bytes", traj.bytes, "search_tasks", tasks)
 	for _, d := range []string{home, tmp} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return outcome{}, fmt.Errorf("propose: agent scratch: %w", err)
@@ -100,6 +114,15 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 		return outcome{}, fmt.Errorf("propose: agent workspace: %w", err)
 	}
 	defer wsDir.Close()
+	var proto *prototyper
+	if p := in.cfg.Prototype; p != nil {
+		reqs, err := os.Open(filepath.Join(ws, "prototype", "requests"))
+		if err != nil {
+			return outcome{}, fmt.Errorf("propose: agent workspace: %w", err)
+		}
+		defer reqs.Close()
+		proto = &prototyper{cfg: *p, dom: s.Domain, model: s.Model, x: x, reqs: reqs, sc: sc, log: in.log, seen: map[string]bool{}}
+	}
 
 	promptOnly := "0"
 	if in.cfg.PromptOnly {
@@ -117,13 +140,22 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 	if len(missing) > 0 {
 		in.log.Warn("agent_env names variables whale's environment does not have", "names", missing)
 	}
-	sc := redact.Secrets(os.Environ())
 
 	timeout := s.AgentTimeout
 	if timeout <= 0 {
 		timeout = DefaultAgentTimeout
 	}
-	output := &tail{max: agentLogBytes + sc.Longest()}
+	logFile, err := x.Create(ctx, "agent.log")
+	if err != nil {
+		return outcome{}, err
+	}
+	logDone := false
+	defer func() {
+		if !logDone {
+			logFile.Abort()
+		}
+	}()
+	output := newLogWriter(logFile, sc, agentLogBytes)
 	sandbox := "none"
 	if sb != nil {
 		if err := sb.enter(root); err != nil {
@@ -132,10 +164,20 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 		sb.warnHiddenPath(env, in.log)
 		sandbox = "bwrap"
 	}
+	// Prototypes are played while the agent runs, and not after.
+	pctx, stopProto := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if proto != nil {
+			proto.serve(pctx)
+		}
+	}()
 	status, err := runAgent(ctx, in.cfg.AgentCommand, ws, env, output, timeout, sb, root)
+	stopProto()
+	<-served
 	if errors.Is(err, errSandboxSetup) {
-		b, _ := output.bytes()
-		return outcome{}, fmt.Errorf("propose: the agent's sandbox failed: bwrap ended without reporting the agent's exit: %s", sc.Text(lastOutputLine(b)))
+		return outcome{}, fmt.Errorf("propose: the agent's sandbox failed: bwrap ended without reporting the agent's exit: %s", output.lastLine())
 	}
 	if err != nil {
 		return outcome{}, err
@@ -147,8 +189,12 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 		in.log.Warn("the agent failed and was given no variables: name its API key in harness.agent.env or "+AgentEnvEnv,
 			"status", status)
 	}
-	if err := uploadLog(ctx, x, output, sc); err != nil {
-		return outcome{}, err
+	if err := output.Close(); err != nil {
+		return outcome{}, fmt.Errorf("propose: agent log: %w", err)
+	}
+	logDone = true
+	if err := logFile.Close(); err != nil {
+		return outcome{}, fmt.Errorf("propose: agent log: %w", err)
 	}
 
 	out, err := harvest(wsDir, in.cfg.M, sc)
@@ -159,7 +205,11 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 		out.rejected = append(out.rejected, Rejection{Name: "agent", Kind: RejectAgentQuiet,
 			Reason: fmt.Sprintf("agent wrote nothing (agent %s)", status)})
 	}
-	out.summary = map[string]any{"agent_status": status, "agent_sandbox": sandbox}
+	out.summary = map[string]any{"agent_status": status, "agent_sandbox": sandbox, "agent_log_bytes": output.tail.total}
+	if proto != nil {
+		out.summary["prototype_episodes"] = proto.used
+		out.summary["prototype_requests"] = proto.requests
+	}
 	return out, nil
 }
 
@@ -282,77 +332,21 @@ func killGroup(pid int, sig syscall.Signal) {
 	}
 }
 
-// tail is an io.Writer that keeps the last max bytes written to it.
-type tail struct {
-	max   int
-	buf   []byte
-	total int64
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.total += int64(len(p))
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		return len(p), nil
-	}
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-// bytes returns the last max bytes and how many bytes before them are gone.
-func (t *tail) bytes() ([]byte, int64) {
-	b := t.buf
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-	}
-	return b, t.total - int64(len(b))
-}
-
-// agentLog is the text of agent.log: the tail of the agent's output,
-// scrubbed by sc. Where the output was cut, the first sc.Longest() bytes
-// of the tail go too, and the rest of that line: a secret cut in two
-// would be too short to be found.
-func agentLog(t *tail, sc *redact.Scrubber) string {
-	b, cut := t.bytes()
-	head := ""
-	if cut > 0 {
-		drop := min(sc.Longest(), len(b))
-		if i := bytes.IndexByte(b[drop:min(len(b), drop+4096)], '\n'); i >= 0 {
-			drop += i + 1
-		}
-		b, cut = b[drop:], cut+int64(drop)
-		head = fmt.Sprintf("[whale: the agent wrote %d bytes; the first %d are cut]\n", t.total, cut)
-	}
-	return head + sc.Text(string(b))
-}
-
-// uploadLog stores agentLog as agent.log.
-func uploadLog(ctx context.Context, x *stages.Exec, t *tail, sc *redact.Scrubber) error {
-	w, err := x.Create(ctx, "agent.log")
-	if err != nil {
-		return err
-	}
-	if _, err := io.WriteString(w, agentLog(t, sc)); err != nil {
-		w.Abort()
-		return fmt.Errorf("propose: agent log: %w", err)
-	}
-	return w.Close()
-}
-
-// writeWorkspace lays out what the agent reads:
+// writeWorkspace lays out what the agent reads (writeTrajectories and
+// writeTaskList add candidates/<dir>/trajectories.jsonl and
+// search_tasks.txt):
 //
-//	SKILL.md            the rules and where to write
+//	SKILL.md            the rules, ./try and where to write
 //	CONTRACT.md         the domain's hook contract
 //	frontier.json       every scored harness, frontier flags, best first
 //	evolution_log.md    every prior candidate: parent, axis, hypothesis, score
-//	candidates/<dir>/   harness.star, scores.json, traces/*.txt
+//	candidates/<dir>/   harness.star, scores.json (trajectories.jsonl)
+//	try, prototype/requests/
+//	                    with Config.Prototype: the prototype command and
+//	                    the folder its requests go to
 //	new/                empty: new/<name>/harness.star + meta.json go here
-func writeWorkspace(ws string, in *input) error {
+func writeWorkspace(ws string, in *input, dirs map[string]string) error {
 	a := in.arch
-	dirs := candidateDirs(a, in.parent.ID(), string(in.parent.Source()))
 	files := map[string][]byte{
 		"SKILL.md":         []byte(skill(in, dirs)),
 		"CONTRACT.md":      []byte(in.contract.Doc() + "\n"),
@@ -395,10 +389,13 @@ func writeWorkspace(ws string, in *input) error {
 			src = string(in.parent.Source())
 		}
 		base := filepath.Join("candidates", dir)
-		files[filepath.Join(base, "harness.star")] = []byte(src)
+		if src != "" {
+			files[filepath.Join(base, "harness.star")] = []byte(src)
+		}
 		sc := map[string]any{
 			"harness_id": id, "name": c.Name, "parent_id": c.ParentID, "axis": c.Axis,
 			"hypothesis": c.Hypothesis, "proposer": c.Proposer, "evaluated": false, "is_parent": id == in.parent.ID(),
+			"source_known": src != "",
 		}
 		if s := a.scores[id]; s != nil {
 			sc["evaluated"], sc["success"], sc["mean_turns"], sc["tasks"] = true, s.Success(), s.Turns(), s.tasks
@@ -409,17 +406,17 @@ func writeWorkspace(ws string, in *input) error {
 			return err
 		}
 		files[filepath.Join(base, "scores.json")] = append(data, '\n')
-		if smp := a.samples[id]; smp != nil {
-			for i, r := range smp.failed {
-				files[filepath.Join(base, "traces", fmt.Sprintf("fail-%d-%s.txt", i+1, fileSafe(r.TaskID)))] = []byte(renderEpisode(r, agentTraceBytes))
-			}
-			for i, r := range smp.passed {
-				files[filepath.Join(base, "traces", fmt.Sprintf("pass-%d-%s.txt", i+1, fileSafe(r.TaskID)))] = []byte(renderEpisode(r, agentTraceBytes))
-			}
-		}
 	}
 	if err := os.MkdirAll(filepath.Join(ws, "new"), 0o755); err != nil {
 		return err
+	}
+	if in.cfg.Prototype != nil {
+		if err := os.MkdirAll(filepath.Join(ws, "prototype", "requests"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(ws, "try"), []byte(tryScript), 0o755); err != nil {
+			return err
+		}
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range files {
@@ -439,15 +436,20 @@ func writeWorkspace(ws string, in *input) error {
 	return nil
 }
 
-// candidateDirs names a folder for every harness whose source is known:
-// "<name>-<first 8 hex digits>".
+// candidateDirs names a folder for every harness whose source is known
+// or that was scored: "<name>-<first 8 hex digits>".
 func candidateDirs(a *archive, parentID, parentSrc string) map[string]string {
 	dirs := map[string]string{}
 	for id, c := range a.sources {
-		if c.Source == "" {
+		if c.Source == "" && a.scores[id] == nil {
 			continue
 		}
 		dirs[id] = dirName(c.Name, id)
+	}
+	for id := range a.scores {
+		if _, ok := dirs[id]; !ok {
+			dirs[id] = dirName("harness", id)
+		}
 	}
 	if _, ok := dirs[parentID]; !ok && parentSrc != "" {
 		dirs[parentID] = dirName("parent", parentID)
@@ -472,19 +474,6 @@ func unscored(a *archive, dirs map[string]string) []string {
 		}
 	}
 	return ids
-}
-
-var unsafeFile = strings.NewReplacer("/", "_", "\\", "_", ":", "_", " ", "_", "\x00", "_")
-
-func fileSafe(s string) string {
-	s = unsafeFile.Replace(s)
-	if len(s) > 60 {
-		s = s[:60]
-	}
-	if s == "" || s == "." || s == ".." {
-		s = "task"
-	}
-	return s
 }
 
 func evolutionLog(a *archive, dirs map[string]string, parentID string) string {
@@ -527,7 +516,7 @@ func skill(in *input, dirs map[string]string) string {
 
 You are improving the *harness* of an agent: the Starlark code that decides what the model sees and
 how its replies are read. The model and the environment are fixed. Read the workspace, diagnose why
-episodes fail, and write %d new candidate harnesses.
+episodes fail, prototype your changes, and write %d new candidate harnesses.
 
 ## What is here
 
@@ -535,11 +524,33 @@ episodes fail, and write %d new candidate harnesses.
   state dict and the helpers. Harness code that breaks it is discarded.
 - frontier.json: every scored harness, best first, with success rate, mean turns and Pareto-frontier flags.
 - evolution_log.md: every candidate tried so far: its parent, axis, hypothesis and score.
-- candidates/<name>-<id>/: harness.star (the source), scores.json, traces/*.txt (sampled failed and
-  passed episodes as text: messages, hook calls, tool calls, errors).
+- candidates/<name>-<id>/: harness.star (the source), scores.json (its scores on the search set) and
+  trajectories.jsonl: every search-set episode it played, one JSON object a line: task_id, sample,
+  seed, reward, correct, answer (the graded answer), finish_reason, error, turns, tokens, messages
+  (role, content, reasoning, tool_calls), trace (every hook call, model call, tool call and error, with
+  what the harness fed back) and tools (the native tools offered). A line with "clipped": true had
+  its long texts cut (head and tail kept); one with "omitted" keeps only the outcome, for the reason
+  it gives (a size bound). Use jq, grep or python on them.
+- search_tasks.txt: the id of every search-set task, one a line.
 - The parent to improve is candidates/%s/harness.star.
 
-## Rules
+`, in.contract.Name, in.cfg.M, dirs[in.parent.ID()])
+	if p := in.cfg.Prototype; p != nil {
+		fmt.Fprintf(&b, `## Prototype before you propose
+
+Run a harness on chosen search-set tasks, against the same model, tools and settings the evaluation uses:
+
+    ./try HARNESS_FILE TASK_ID [TASK_ID ...]
+
+It plays each task once (name an id twice for a second sample), prints reward, turns and how each
+episode ended, and leaves the episodes in prototype/requests/<request>/trajectories.jsonl (same
+format as above). A harness that does not load costs nothing and prints why. This stage has a budget
+of %d prototype episodes in all: spend it on the failures you want to fix and on checking that what
+passed still passes. Try every candidate before you write it to new/.
+
+`, p.Episodes)
+	}
+	fmt.Fprintf(&b, `## Rules
 
 %s
 ## Where to write
@@ -549,6 +560,6 @@ For each new candidate write
   new/<name>/meta.json      {"name": "<name>", "hypothesis": "<one sentence>", "axis": "<axis>"}
 with <name> short kebab-case (letters, digits, dashes). Write at most %d candidates; anything outside
 new/ is ignored. You may run `+"`whale harness check <file> --domain %s`"+` if it is on PATH.
-`, in.contract.Name, in.cfg.M, dirs[in.parent.ID()], rules(in.cfg, in.contract.Name), in.cfg.M, in.contract.Name)
+`, rules(in.cfg, in.contract.Name), in.cfg.M, in.contract.Name)
 	return b.String()
 }

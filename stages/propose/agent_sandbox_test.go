@@ -268,38 +268,6 @@ func TestHarvestNewIsLink(t *testing.T) {
 	}
 }
 
-// The text of agent.log where the output was cut in the middle of a
-// secret: none of it shows.
-func TestAgentLogCut(t *testing.T) {
-	const secret = "abcdefghijklmnopqrstuvwxyz0123456789"
-	sc := redact.Secrets([]string{"SOME_TOKEN=" + secret})
-	for cutAt := 1; cutAt < len(secret); cutAt += 5 {
-		tl := &tail{max: 64 + sc.Longest()}
-		var all bytes.Buffer
-		all.WriteString(strings.Repeat("a", 99) + "\n" + secret + " rest of that line\n")
-		all.WriteString("second line\n")
-		// Pad the end so that the tail starts cutAt bytes into the secret.
-		pad := tl.max - (len(secret) - cutAt) - len(" rest of that line\n") - len("second line\n") - len("last line\n")
-		all.WriteString(strings.Repeat("z", pad-1) + "\nlast line\n")
-		for chunk := range slices.Chunk(all.Bytes(), 7) {
-			tl.Write(chunk)
-		}
-		got := agentLog(tl, sc)
-		if strings.Contains(got, secret[cutAt:min(cutAt+8, len(secret))]) || strings.Contains(got, secret[len(secret)-8:]) {
-			t.Errorf("cut at %d: a piece of the secret shows:\n%s", cutAt, got)
-		}
-		if !strings.HasPrefix(got, fmt.Sprintf("[whale: the agent wrote %d bytes;", all.Len())) || !strings.HasSuffix(got, "last line\n") {
-			t.Errorf("cut at %d:\n%s", cutAt, got)
-		}
-	}
-	// Uncut, the secret is replaced where it stands.
-	tl := &tail{max: 1 << 10}
-	fmt.Fprintf(tl, "key %s here\n", secret)
-	if got := agentLog(tl, sc); got != "key "+redact.Mark+" here\n" {
-		t.Errorf("uncut: %q", got)
-	}
-}
-
 func TestTailKeepsLast(t *testing.T) {
 	tl := &tail{max: 10}
 	var all []byte

@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/whalerun/whale/harness"
+	"github.com/whalerun/whale/models"
+	"github.com/whalerun/whale/models/modeltest"
 	"github.com/whalerun/whale/schemas"
+	"github.com/whalerun/whale/stages/internal/play"
 	"github.com/whalerun/whale/storage"
 )
 
@@ -62,6 +65,77 @@ func TestStageAgent(t *testing.T) {
 		// The workspace is gone.
 		if left, _ := os.ReadDir(st.WorkDir); len(left) != 0 {
 			t.Errorf("workspace left behind: %v", left)
+		}
+	})
+}
+
+// The scripted agent reads its parent's trajectories, prototypes a
+// candidate with ./try against the run's model (a fake vLLM here),
+// within the stage's budget and on search-set tasks only, and finds no
+// bucket credentials in its environment.
+func TestStageAgentPrototypesFakeVLLM(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
+		// The S3 root's own credentials are in whale's environment
+		// (s3test sets them); the other roots get one to hide.
+		if s.Scheme() != "s3" {
+			t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-proto-0123456789")
+		}
+		awsSecret := os.Getenv("AWS_SECRET_ACCESS_KEY")
+		if len(awsSecret) < 8 {
+			t.Fatalf("AWS_SECRET_ACCESS_KEY %q: want a secret to hide", awsSecret)
+		}
+		rows := append(slices.Clone(testTasks), schemas.Task{ID: "x9", Domain: "fake", Split: "test", Question: "a test question", Answers: []string{"t"}, Meta: "{}"})
+		tasks := commit(t, s, "tasks", &fixture{name: "tasks", files: map[string]func(io.Writer) (int64, error){
+			"tasks.parquet": parquetOf(schemas.Tasks, rows),
+		}}, "tasks")
+		eval := commit(t, s, "r001-h01", evaluateFixture(map[string]int{h0ID: 1}), "archive-0")
+		srv := modeltest.NewServer(t, modeltest.Always(modeltest.Reply{Content: "<answer>Paris</answer>"}))
+		model, err := models.New(models.Config{Endpoints: []string{srv.URL}, Model: "target", Retry: models.RetryPolicy{Attempts: 1}, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &Stage{Domain: &fakeDomain{}, Model: model, WorkDir: agentWorkDir(t), AgentTimeout: 2 * time.Minute}
+		if s.Scheme() == "file" {
+			st.RootDir = StoreDir(s)
+		}
+		cfg := agentConfig(t, 2, "fake-agent-prototype.sh")
+		temp := 0.7
+		cfg.Prototype = &Prototype{ModelName: "target", Episodes: 3, Sampling: play.Sampling{Temperature: &temp}}
+		m, cands, rej := runStage(t, s, st, cfg, 1, tasks, eval)
+		log := readFile(t, s, m, "agent")
+		if !strings.HasPrefix(m.Summary["agent_status"].(string), "exited 0") || names(cands) != "more-turns" || len(rej) != 0 {
+			t.Fatalf("agent %v, candidates %s, rejected %+v; log:\n%s", m.Summary["agent_status"], names(cands), rej, log)
+		}
+		for _, want := range []string{
+			"AWS_SECRET_ACCESS_KEY absent", "trajectories: 3 episodes", "failed task: t2",
+			"task t1  reward 1  correct true", "task t2  reward 0", "budget: 2 of 3 episodes used",
+			"the harness does not load (nothing played, nothing spent)",
+			"task x9 is of the test split", "no task nope in the search set",
+			"1 task(s) not played: the stage's budget of 3 prototype episodes is spent (t1)", "budget: 3 of 3 episodes used",
+			"fake agent done",
+		} {
+			if !strings.Contains(log, want) {
+				t.Errorf("agent.log lacks %q:\n%s", want, log)
+			}
+		}
+		if strings.Contains(log, awsSecret) {
+			t.Error("agent.log holds the AWS secret")
+		}
+		if m.Summary["prototype_episodes"] != 3.0 || m.Summary["prototype_requests"] != 5.0 {
+			t.Errorf("summary %v", m.Summary)
+		}
+		// Three episodes, one call each, with the run's model and decoding.
+		reqs := srv.Requests()
+		if len(reqs) != 3 {
+			t.Fatalf("%d model calls, want 3", len(reqs))
+		}
+		for _, r := range reqs {
+			if r.Model != "target" || r.Body["temperature"] != 0.7 || !strings.Contains(r.Messages[len(r.Messages)-1].Content, "Question: ") {
+				t.Errorf("prototype call: model %s, body %v", r.Model, r.Body)
+			}
+			if strings.Contains(string(r.Raw), "a test question") {
+				t.Error("a test question reached the model")
+			}
 		}
 	})
 }
@@ -167,12 +241,10 @@ func TestWriteWorkspace(t *testing.T) {
 	a.sources[cid] = archived{Candidate: schemas.Candidate{HarnessID: cid, ParentID: h0ID, Name: "topk-5", Axis: "retrieval", Hypothesis: "more passages help", Source: cand}, Position: "r001-h02"}
 	a.scores[h0ID] = &score{tasks: 2, sumReward: 1, sumTurns: 4}
 	a.scores[cid] = &score{tasks: 2, sumReward: 2, sumTurns: 6}
-	a.samples[h0ID] = &sampled{failed: []schemas.Rollout{{HarnessID: h0ID, TaskID: "t/1", FinishReason: "max_turns",
-		Messages: []schemas.Message{{Role: "assistant", Content: "FAILED-HERE"}}}}}
 	a.markFrontier()
 
 	ws := filepath.Join(t.TempDir(), "ws")
-	if err := writeWorkspace(ws, in); err != nil {
+	if err := writeWorkspace(ws, in, candidateDirs(a, in.parent.ID(), string(in.parent.Source()))); err != nil {
 		t.Fatal(err)
 	}
 	read := func(p string) string {
@@ -186,9 +258,6 @@ func TestWriteWorkspace(t *testing.T) {
 	cdir := "candidates/topk-5-" + strings.TrimPrefix(cid, "sha256:")[:8]
 	if read(h0dir+"/harness.star") != fakeBaseline || read(cdir+"/harness.star") != cand {
 		t.Fatal("sources differ")
-	}
-	if tr := read(h0dir + "/traces/fail-1-t_1.txt"); !strings.Contains(tr, "FAILED-HERE") || !strings.Contains(tr, "finish max_turns") {
-		t.Fatalf("trace %q", tr)
 	}
 	var front struct {
 		Candidates []struct {
@@ -226,5 +295,24 @@ func TestWriteWorkspace(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(ws, "new")); err != nil || !fi.IsDir() {
 		t.Fatal("no new/ folder")
+	}
+	if _, err := os.Stat(filepath.Join(ws, "try")); !os.IsNotExist(err) || strings.Contains(skill, "./try") {
+		t.Errorf("./try without a prototype budget: %v", err)
+	}
+
+	// With a prototype budget: ./try, its request folder, and the skill says so.
+	in.cfg.Prototype = &Prototype{ModelName: "target", Episodes: 12}
+	ws = filepath.Join(t.TempDir(), "ws")
+	if err := writeWorkspace(ws, in, candidateDirs(a, in.parent.ID(), string(in.parent.Source()))); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "try")); err != nil || fi.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("./try: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "prototype", "requests")); err != nil || !fi.IsDir() {
+		t.Fatalf("prototype/requests: %v", err)
+	}
+	if skill := read("SKILL.md"); !strings.Contains(skill, "./try HARNESS_FILE TASK_ID") || !strings.Contains(skill, "budget\nof 12 prototype episodes") {
+		t.Errorf("SKILL.md:\n%s", skill)
 	}
 }

@@ -131,6 +131,9 @@ func readArchive(ctx context.Context, x *stages.Exec, dom episode.Domain, episod
 	rng := rand.New(rand.NewPCG(uint64(x.Seed), 0x70726f706f7365)) // "propose"
 	for _, name := range archiveInputs(x) {
 		m := x.Inputs[name]
+		if err := checkNotTest(name, m.Dir, m.Stage, m.Config); err != nil {
+			return nil, err
+		}
 		a.inputs = append(a.inputs, name+" ("+m.Dir+")")
 		if err := a.readCandidates(ctx, x, m); err != nil {
 			return nil, err
@@ -305,6 +308,9 @@ func (a *archive) readRollouts(ctx context.Context, x *stages.Exec, m *storage.M
 			return fmt.Errorf("propose: open archive %s: %w", m.FileKey(f), err)
 		}
 		err = schemas.ReadRows(ctx, ra, ra.Size(), func(r schemas.Rollout) error {
+			if r.Section == sectionTest {
+				return nil
+			}
 			s := a.samples[r.HarnessID]
 			if s == nil {
 				s = &sampled{}

@@ -48,7 +48,8 @@ type backend struct {
 var backends = []backend{
 	{name: BackendMutate, propose: (*Stage).proposeMutate},
 	{name: BackendLLM, check: Config.checkLLM, label: llmLabel, episodes: true, usesLLM: true, propose: (*Stage).llm},
-	{name: BackendAgent, check: Config.checkAgent, episodes: true, propose: (*Stage).agent},
+	// The agent reads every episode: writeTrajectories streams them.
+	{name: BackendAgent, check: Config.checkAgent, propose: (*Stage).agent},
 }
 
 // Backends lists the names of the propose backends (Config.Backend) in

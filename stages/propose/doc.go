@@ -12,7 +12,10 @@
 //     mean turns ↓) and the winner are recomputed over it: each evaluate
 //     stage's own frontier.json ranks only its own candidates. Sampled
 //     episodes (a seeded reservoir of failed and passed ones per harness)
-//     are read only by the llm and agent backends.
+//     are read only by the llm backend; the agent backend streams every
+//     episode into its workspace. An evaluate stage of mode "test" as an
+//     archive input is refused, and rollout rows of section "test" are
+//     skipped: no proposer sees test-split data.
 //   - The parent is Config.Parent: "h0" is Domain.Baseline(); an id is taken from
 //     a candidates table of the archive, else from Stage.Sources (the bucket's
 //     harnesses/<hex>/harness.star, see StoreSources), which also supplies the
@@ -28,6 +31,21 @@
 //     python block; proposer "llm:<model>"), agent (a command run in a
 //     workspace of plain files, harvested from new/<name>/; see
 //     writeWorkspace). Adding a proposer is its file and one row.
+//   - The agent's workspace holds, for every harness of the archive,
+//     candidates/<dir>/harness.star, scores.json and trajectories.jsonl:
+//     every search-set episode it played, one JSON line each (the rollout
+//     row without token ids), streamed from the archive's rollouts row by
+//     row; a line over 1 MiB has its texts cut ("clipped"), and past
+//     64 MiB in a file or 512 MiB in all a line keeps only its outcome
+//     ("omitted" says why). Also frontier.json, evolution_log.md,
+//     CONTRACT.md, SKILL.md, search_tasks.txt (the ids of the tasks
+//     input, the search set). With Config.Prototype, ./try lets the agent
+//     play a harness on chosen search-set tasks: the stage plays each
+//     request the script writes into prototype/requests/ itself, with
+//     Stage.Model and the domain's tools and the config's sampling, within
+//     Prototype.Episodes episodes per stage, and writes the answer back
+//     (agent_prototype.go says why this design). A task of the test split
+//     or not in the tasks input is refused.
 //   - The agent is untrusted. It runs in a scratch folder new for each run
 //     (workspace/, and its HOME and TMPDIR; removed afterwards unless
 //     KeepWorkspace) with an environment allow-list, never whale's own:
@@ -66,7 +84,10 @@
 //     following a link and checked as opened: at most 128 entries in new/
 //     (more: none read), harness.star up to harness.MaxSourceBytes,
 //     meta.json up to 64 KiB; a link, FIFO, device or oversized file is a
-//     bad_proposal. Its output is kept in memory, the last 256 KiB only.
+//     bad_proposal. Its output (both streams) is stored as agent.log
+//     while it runs: the first 64 MiB, streamed, and when longer a line
+//     saying what was cut and the last 256 KiB (held in memory); it is
+//     scrubbed piece by piece, cut only where no secret value straddles.
 //     agent.log and the agent's names, hypotheses and axes are stored
 //     scrubbed of the values of whale's secret variables (redact.Secrets)
 //     and of URL credentials; a source that holds such a value is refused
@@ -89,7 +110,8 @@
 //     agent backend, and the summary: backend, parent, proposed (= valid +
 //     rejected: each rejected.json entry is one proposal or one unfilled slot),
 //     valid, rejected, rejected_by_reason (kind → count), dry_run_env_errors and
-//     backend details (mutate_edits, llm token counts, agent_status, agent_sandbox).
+//     backend details (mutate_edits, llm token counts, agent_status, agent_sandbox,
+//     agent_log_bytes, prototype_episodes, prototype_requests).
 //   - Zero valid candidates is still a committed result: the planner decides.
 //     The stage fails (commits nothing) only when it cannot work at all: a bad
 //     config, an unresolvable or invalid parent, an unreadable input, a model

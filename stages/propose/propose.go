@@ -75,6 +75,11 @@ type Config struct {
 	// leaves the config's JSON, and so the stage's identity, as it was
 	// before the field existed.
 	AgentEnv []string `json:"agent_env,omitempty"`
+	// Prototype lets the agent backend's agent play harnesses on
+	// search-set tasks (./try) with the run's model, tools and decoding,
+	// within a budget of episodes; nil: it cannot. Omitted when nil, so
+	// the identity of a stage without it is as before the field existed.
+	Prototype *Prototype `json:"prototype,omitempty"`
 	// LLM is the llm backend's model and decoding.
 	LLM LLMConfig `json:"llm,omitzero"`
 }
@@ -109,6 +114,7 @@ func (c Config) Validate() error {
 	if b.check != nil {
 		errs = append(errs, b.check(c)...)
 	}
+	errs = append(errs, c.Prototype.check(c.Backend)...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("propose config: %w", err)
 	}
@@ -135,6 +141,10 @@ type Stage struct {
 	// LLM answers the llm backend's request; a *models.Client of
 	// Config.LLM.Model.
 	LLM episode.Chatter
+	// Model plays the agent's prototypes (Config.Prototype): a client of
+	// the run's endpoints asking for Config.Prototype.ModelName. Domain
+	// must then be wired to the run's tools.
+	Model episode.Chatter
 	// AgentTimeout bounds the agent command (default 1 hour).
 	AgentTimeout time.Duration
 	// Sources, when set, resolves a parent that no candidates table of

@@ -11,7 +11,8 @@ test "$WHALE_CANDIDATES" = 3 || { echo "WHALE_CANDIDATES=$WHALE_CANDIDATES" >&2;
 parent=$(ls -d candidates/h0-*)
 test -s "$parent/harness.star"
 test -s "$parent/scores.json"
-ls "$parent"/traces/fail-*.txt >/dev/null
+grep -q UNIQUE-FAILURE-MARK "$parent/trajectories.jsonl"
+test -s search_tasks.txt
 mkdir -p new/more-turns new/broken new/link
 sed 's/^MAX_TURNS = 4$/MAX_TURNS = 6/' "$parent/harness.star" > new/more-turns/harness.star
 cat > new/more-turns/meta.json <<'JSON'
