@@ -21,7 +21,7 @@ BENCH ?= .
 
 export WHALE_VERSITYGW := $(VERSITYGW)
 
-.PHONY: all build test test-short bench lint demo tools torch slurm chromium bubblewrap deps clean
+.PHONY: all build test test-short bench lint demo tools torch slurm chromium bubblewrap shellcheck deps clean
 
 all: build
 
@@ -33,7 +33,7 @@ build: deps
 
 # versitygw is the S3-compatible server the integration tests run against;
 # it is built from the Go module proxy (see ../shared/reference/TESTBED.md).
-tools: $(VERSITYGW) torch slurm chromium bubblewrap
+tools: $(VERSITYGW) torch slurm chromium bubblewrap shellcheck
 
 # A real single-node Slurm (Debian's slurm-wlm and munge) for the
 # scale-out tests; internal/slurmtest starts and stops it. Needs root.
@@ -65,6 +65,15 @@ bubblewrap:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null || \
 		{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null; }; \
 	else echo "bubblewrap is missing and this is not root: the local Python sandbox tests will skip (and fail under CI=true)"; fi
+
+# shellcheck lints the shipped shell scripts (jobs/vllm) in their tests.
+shellcheck:
+	@if command -v shellcheck >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing shellcheck for the script lint tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q shellcheck >/dev/null || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q shellcheck >/dev/null; }; \
+	else echo "shellcheck is missing and this is not root: the script lint test will skip (and fail under CI=true)"; fi
 
 # PyTorch (Debian 12: torch 1.13.1, CPU) for the reference trainer's tests
 # in jobs/trainers, and jinja2 (which python3-torch does not pull in) for
