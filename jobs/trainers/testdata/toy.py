@@ -119,8 +119,8 @@ class ToyHFTokenizer(ToyTokenizer):
 class ToyHFModel(TinyLM):
     """TinyLM saved and loaded the transformers way, as model.pt."""
 
-    def save_pretrained(self, out, safe_serialization=True):
-        torch.save(self.state_dict(), os.path.join(out, "model.pt"))
+    def save_pretrained(self, out, safe_serialization=True, state_dict=None):
+        torch.save(self.state_dict() if state_dict is None else state_dict, os.path.join(out, "model.pt"))
 
 
 class AutoTokenizer:
