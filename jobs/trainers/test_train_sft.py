@@ -17,9 +17,11 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "testdata")]
 
+import fake_peft  # noqa: E402
 import fake_transformers  # noqa: E402
 
 sys.modules.setdefault("transformers", fake_transformers)
+sys.modules.setdefault("peft", fake_peft)
 
 import torch  # noqa: E402
 
@@ -37,7 +39,8 @@ def free_port():
 
 
 def weights(out):
-    return torch.load(os.path.join(out, "model.pt"))
+    name = "adapter_model.pt" if os.path.isfile(os.path.join(out, "adapter_model.pt")) else "model.pt"
+    return torch.load(os.path.join(out, name))
 
 
 class TrainSFTTest(unittest.TestCase):
@@ -155,6 +158,55 @@ class TrainSFTTest(unittest.TestCase):
         os.environ["WHALE_OUTPUT_DIR"] = os.path.join(self.dir, "refused")
         with self.assertRaisesRegex(whale_sft.DataError, "sft.jsonl:1 \\(example 'e0'\\): tools\\[0\\] has no function name"):
             train_sft.main([])
+
+    def test_exact_token_ids_are_trained(self):
+        # Rows that carry the server's token ids are trained on those ids,
+        # not on a re-rendering of their text.
+        with open(self.jsonl, "w") as f:
+            for i in range(4):
+                f.write(json.dumps({"messages": [
+                    {"role": "user", "content": f"add {i} and 1"},
+                    {"role": "assistant", "content": f"<answer>{i + 1}</answer>",
+                     "prompt_token_ids": [5, 6, 7, 8 + i], "token_ids": [20 + i, 30, 3]}],
+                    "train_mask": [False, True], "example_id": f"e{i}"}) + "\n")
+        stats = self.train(os.path.join(self.dir, "ids"), "toy/base")
+        self.assertEqual((stats["trained_examples"], stats["trained_tokens"]), (4, 12))
+
+    def test_lora_ddp_and_resume(self):
+        """The LoRA path with a stand-in for peft: only the adapter trains
+        and is saved; two DDP ranks train what one process does; a killed
+        run resumes (its checkpoint holds the adapter alone); the adapter is
+        the next step's base."""
+        if sys.modules["peft"] is not fake_peft:
+            self.skipTest("a real peft is installed; this test drives the stand-in")
+        os.environ.update(WHALE_LORA="1", WHALE_LORA_RANK="4", WHALE_LORA_ALPHA="8", WHALE_LEARNING_RATE="0.02")
+        single = os.path.join(self.dir, "single")
+        stats = self.train(single, "toy/base")
+        self.assertTrue(stats["lora"])
+        self.assertEqual(sorted(os.listdir(single)), ["adapter_config.json", "adapter_model.pt",
+                                                      "tokenizer_config.json", "whale_train_stats.json"])
+        self.assertEqual(sorted(weights(single)), ["base_model.out.lora_A", "base_model.out.lora_B"])
+        self.assertLess(stats["losses"][-1], stats["losses"][0])
+
+        out = os.path.join(self.dir, "ddp")
+        codes, log = self.run_ranks(out, 2)
+        self.assertEqual(codes, [0, 0], log)
+        self.assert_same_weights(out, single)
+
+        out = os.path.join(self.dir, "killed")
+        codes, log = self.run_ranks(out, 1, {"WHALE_TEST_EXIT_AFTER_STEP": "3", "WHALE_CHECKPOINT_STEPS": "2"})
+        self.assertEqual(codes, [75], log)
+        state = torch.load(os.path.join(out, "whale_resume", "step-00000002", "state.pt"))
+        self.assertEqual(sorted(state["model"]), ["base_model.out.lora_A", "base_model.out.lora_B"])
+        again = self.train(out, "toy/base")
+        self.assertEqual(again["resumed_after_step"], 2)
+        self.assert_same_weights(out, single, exact=True)
+
+        # The next step starts from the adapter (on the run's base model).
+        os.environ["WHALE_BASE_MODEL"] = "toy/base"
+        nxt = self.train(os.path.join(self.dir, "next"), single)
+        self.assertAlmostEqual(nxt["losses"][0], stats["losses"][-1], delta=0.5)
+        self.assertLess(nxt["losses"][0], stats["losses"][0] - 0.5, "the second step did not load the adapter")
 
     def test_lora_adapter_base_needs_lora(self):
         base = os.path.join(self.dir, "adapter")

@@ -578,6 +578,15 @@ class TrainTest(unittest.TestCase):
         for p, q in zip(m.parameters(), model.parameters()):
             self.assertTrue(torch.equal(p, q))
 
+    def test_an_epoch_is_every_example_once(self):
+        feats = [{"input_ids": [i, i], "labels": [i, i]} for i in range(7)]
+        steps = list(whale_sft.run_batches(feats, 3, 2, seed=5))
+        self.assertEqual([len(b) for b in steps], [3, 3, 1, 3, 3, 1])
+        for epoch in (steps[:3], steps[3:]):
+            self.assertEqual(sorted(f["input_ids"][0] for b in epoch for f in b), list(range(7)))
+        self.assertNotEqual(steps[0], steps[3], "each epoch has its own order")
+        self.assertEqual(steps, list(whale_sft.run_batches(feats, 3, 2, seed=5)), "and the same on a rerun")
+
     def test_every_rank_runs_as_many_micro_batches(self):
         batch = self.feats[:5]
         for world, micro in ((2, 1), (2, 2), (4, 1), (8, 1), (3, 2)):

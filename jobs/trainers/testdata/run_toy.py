@@ -1,4 +1,4 @@
-"""train_sft.main with the toy model in place of transformers, as a
+"""train_sft.main with the toy model in place of transformers (and peft), as a
 process of its own: the tests start it once per rank (the WORLD_SIZE,
 RANK and MASTER_* variables torchrun would set) and kill it mid-run."""
 
@@ -10,9 +10,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
+import fake_peft  # noqa: E402
 import fake_transformers  # noqa: E402
 
 sys.modules["transformers"] = fake_transformers
+sys.modules["peft"] = fake_peft
 
 import train_sft  # noqa: E402
 

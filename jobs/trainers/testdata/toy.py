@@ -136,6 +136,7 @@ class AutoModelForCausalLM:
     def from_pretrained(path, torch_dtype=None):
         torch.manual_seed(0)
         model = ToyHFModel(len(ToyTokenizer()))
+        model.name_or_path = path
         weights = os.path.join(path, "model.pt")
         if os.path.isfile(weights):
             model.load_state_dict(torch.load(weights))
