@@ -327,8 +327,7 @@ class TrainSFTTest(unittest.TestCase):
         except train_sft.FSDPUnavailable as e:
             # The other paths ran without importing FSDP; asking for it
             # says what is missing.
-            os.environ["WHALE_FSDP"] = "1"
-            os.environ["WHALE_OUTPUT_DIR"] = os.path.join(self.dir, "fsdp")
+            os.environ.update(WHALE_FSDP="1", WHALE_OUTPUT_DIR=os.path.join(self.dir, "fsdp"), WORLD_SIZE="2")
             with self.assertRaisesRegex(train_sft.FSDPUnavailable, r"WHALE_FSDP=1 needs torch >= 2\.4 .* this is torch "):
                 train_sft.main([])
             self.skipTest(f"FSDP2 is not in this torch: {e}")
@@ -349,6 +348,52 @@ class TrainSFTTest(unittest.TestCase):
         codes, log = self.run_ranks(out, 2, extra)
         self.assertEqual(codes, [0, 0], log)
         self.assert_same_weights(out, os.path.join(self.dir, "single"))
+
+    def test_fsdp_wiring(self):
+        """shard() and ShardedState against a recording stand-in for the
+        FSDP2 and state-dict APIs (the real ones need torch >= 2.4): every
+        transformer block is sharded before the root, with bfloat16
+        compute and float32 gradient reduction, and checkpoints go through
+        torch.distributed.checkpoint."""
+        calls = []
+
+        class Block(torch.nn.Linear):
+            pass
+
+        class Model(torch.nn.Module):
+            _no_split_modules = ["Block"]
+
+            def __init__(self):
+                super().__init__()
+                self.layers = torch.nn.ModuleList([Block(2, 2), Block(2, 2)])
+                self.head = torch.nn.Linear(2, 2)
+
+        api = type("API", (), {})()
+        api.init_device_mesh = lambda kind, shape: calls.append(("mesh", kind, shape)) or "mesh"
+        api.MixedPrecisionPolicy = lambda **kw: ("mp", tuple(sorted(kw.items())))
+        api.fully_shard = lambda m, mesh, mp_policy: calls.append(("shard", type(m).__name__, mesh, mp_policy))
+        api.get_state_dict = lambda model, opt: ({"w": 1}, {"s": 2})
+        api.dcp = type("DCP", (), {})()
+        api.dcp.save = lambda sd, checkpoint_id: calls.append(("save", sd, checkpoint_id))
+        api.dcp.load = lambda sd, checkpoint_id: calls.append(("load", sd, checkpoint_id)) or sd["model"].update(w=5)
+        api.set_state_dict = lambda model, opt, model_state_dict, optim_state_dict: \
+            calls.append(("set", model_state_dict, optim_state_dict))
+        m = Model()
+        train_sft.shard(m, api, torch.device("cuda", 3), 8, torch.bfloat16)
+        mp = ("mp", (("param_dtype", torch.bfloat16), ("reduce_dtype", torch.float32)))
+        self.assertEqual(calls, [("mesh", "cuda", (8,)), ("shard", "Block", "mesh", mp), ("shard", "Block", "mesh", mp),
+                                 ("shard", "Model", "mesh", mp)])
+        calls.clear()
+        st = train_sft.ShardedState(api)
+        st.save("/ck", m, None, 0)
+        st.load("/ck", m, None, 0)
+        self.assertEqual(calls, [("save", {"model": {"w": 1}, "optimizer": {"s": 2}}, "/ck"),
+                                 ("load", {"model": {"w": 5}, "optimizer": {"s": 2}}, "/ck"),
+                                 ("set", {"w": 5}, {"s": 2})])
+        # On one process FSDP is refused before anything loads.
+        os.environ.update(WHALE_FSDP="1", WHALE_OUTPUT_DIR=os.path.join(self.dir, "one"))
+        with self.assertRaisesRegex(SystemExit, "WHALE_FSDP=1 shards over several ranks"):
+            train_sft.main([])
 
     def test_bad_settings_are_refused(self):
         for env, want in (({"WHALE_FSDP": "1", "WHALE_LORA": "1"}, "LoRA trains few parameters: use DDP"),

@@ -225,8 +225,11 @@ def main(argv=None):
     import torch
     import transformers
 
-    api = fsdp_api() if a.fsdp else None
     world = int(env("WORLD_SIZE", "1"))
+    if a.fsdp and world < 2:
+        raise SystemExit("WHALE_FSDP=1 shards over several ranks: start it with torchrun --nproc-per-node N "
+                         "(N > 1); on one GPU leave it off")
+    api = fsdp_api() if a.fsdp else None
     rank = int(env("RANK", "0"))
     local = int(env("LOCAL_RANK", "0"))
     dist = None
