@@ -282,7 +282,7 @@ def main(argv=None):
 
     # Full fine-tuning keeps float32 weights: AdamW's updates at the
     # paper's learning rates (1e-7..1e-6) are far below a bfloat16
-    # weight's resolution (~0.4% of its value) and would be lost. A LoRA
+    # weight's resolution (0.4-0.8% of its value) and would be lost. A LoRA
     # base is frozen, so it is loaded in the compute dtype.
     cdtype = compute_dtype(torch, device, a.bf16)
     load_dtype = cdtype if a.lora and cdtype is not None else torch.float32

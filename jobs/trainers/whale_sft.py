@@ -26,6 +26,10 @@ Contract (WHALE's online RSFT, one weight step):
     likelihoods of one optimizer step divided by the number of trained
     tokens in that step (across micro-batches and ranks), not a mean of
     per-example means.
+  * The steps of a run (epochs of batches shuffled by seed + epoch) depend
+    only on the examples and settings, so a run resumed from the trainer's
+    own checkpoint (Resume) continues at the step count it saved and ends
+    as an uninterrupted run would.
 """
 
 import json
