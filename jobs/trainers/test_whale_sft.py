@@ -517,11 +517,161 @@ class TrainTest(unittest.TestCase):
             return g.grads
 
         single = run(0, 1, 5)
-        order = list(whale_sft.batches(feats, 5, 0))[0]
-        total = sum(whale_sft.trained_tokens(f) for f in order)
-        ranks = [run(r, 2, 1, all_reduce=lambda _n: total) for r in (0, 1)]
+        ranks = [run(r, 2, 1) for r in (0, 1)]
         for a, b0, b1 in zip(single, *ranks):
             torch.testing.assert_close(a, (b0 + b1) / 2, rtol=1e-4, atol=1e-6)
+
+
+    def train_toy(self, micro, epochs=2, batch=4, lr=1e-2, autocast=None, **kw):
+        torch.manual_seed(0)
+        model = TinyLM(len(self.tok))
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        losses = whale_sft.train(model, opt, self.feats, batch_size=batch, micro_batch_size=micro, pad_id=0,
+                                 device="cpu", epochs=epochs, seed=1, log=lambda *_: None,
+                                 autocast_dtype=autocast, **kw)
+        return model, opt, losses
+
+    def test_accumulated_micro_batches_equal_one_big_batch(self):
+        # 6 examples, batch 4 (a step of 4 and one of 2), 2 epochs: the
+        # same steps whether a step is one forward or accumulated over 2
+        # or 4 micro-batches.
+        big, _, want = self.train_toy(micro=4)
+        self.assertEqual(len(want), 4)
+        for micro in (1, 3):
+            model, _, losses = self.train_toy(micro=micro)
+            for a, b in zip(losses, want):
+                self.assertAlmostEqual(a, b, places=5)
+            for p, q in zip(model.parameters(), big.parameters()):
+                torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+
+    def test_bf16_autocast_keeps_float32_weights(self):
+        # At the paper's learning rates an update is far below a bfloat16
+        # weight's resolution; the weights stay float32, the forwards run
+        # in bfloat16.
+        torch.manual_seed(0)
+        init = TinyLM(len(self.tok)).state_dict()
+        model, _, losses = self.train_toy(micro=2, epochs=1, lr=1e-7, autocast=torch.bfloat16)
+        _, _, fp32 = self.train_toy(micro=2, epochs=1, lr=1e-7)
+        for name, p in model.state_dict().items():
+            self.assertEqual(p.dtype, torch.float32)
+            self.assertFalse(torch.equal(p, init[name]), f"{name} did not move at lr 1e-7")
+            moved = p.to(torch.bfloat16).float() != init[name].to(torch.bfloat16).float()
+            self.assertLess(moved.float().mean().item(), 0.05, "in bfloat16 an update this small is lost")
+        self.assertAlmostEqual(losses[0], fp32[0], delta=0.05)
+        self.assertNotEqual(losses[0], fp32[0], "the forwards ran in bfloat16")
+
+    def test_start_step_skips_the_steps_done(self):
+        model, _, want = self.train_toy(micro=2)
+        # after_step sees every step; a run of one epoch (steps 1-2), then
+        # resumed at step 2 for two epochs, ends as the whole run did.
+        calls = []
+        self.train_toy(micro=2, after_step=lambda s, l: calls.append((s, list(l))))
+        self.assertEqual(calls, [(s, want[:s]) for s in (1, 2, 3, 4)])
+        torch.manual_seed(0)
+        m = TinyLM(len(self.tok))
+        o = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        whale_sft.train(m, o, self.feats, batch_size=4, micro_batch_size=2, pad_id=0, device="cpu", epochs=1,
+                        seed=1, log=lambda *_: None)
+        losses = whale_sft.train(m, o, self.feats, batch_size=4, micro_batch_size=2, pad_id=0, device="cpu",
+                                 epochs=2, seed=1, log=lambda *_: None, start_step=2, losses=want[:2])
+        self.assertEqual(losses, want)
+        for p, q in zip(m.parameters(), model.parameters()):
+            self.assertTrue(torch.equal(p, q))
+
+    def test_an_epoch_is_every_example_once(self):
+        feats = [{"input_ids": [i, i], "labels": [i, i]} for i in range(7)]
+        steps = list(whale_sft.run_batches(feats, 3, 2, seed=5))
+        self.assertEqual([len(b) for b in steps], [3, 3, 1, 3, 3, 1])
+        for epoch in (steps[:3], steps[3:]):
+            self.assertEqual(sorted(f["input_ids"][0] for b in epoch for f in b), list(range(7)))
+        self.assertNotEqual(steps[0], steps[3], "each epoch has its own order")
+        self.assertEqual(steps, list(whale_sft.run_batches(feats, 3, 2, seed=5)), "and the same on a rerun")
+
+    def test_every_rank_runs_as_many_micro_batches(self):
+        batch = self.feats[:5]
+        for world, micro in ((2, 1), (2, 2), (4, 1), (8, 1), (3, 2)):
+            with self.subTest(world=world, micro=micro):
+                got = [whale_sft.micro_batches(batch, r, world, micro) for r in range(world)]
+                self.assertEqual(len({len(g) for g in got}), 1)
+                real = [f for g in got for mb in g for f in mb if whale_sft.trained_tokens(f)]
+                self.assertEqual(sorted(map(id, real)), sorted(map(id, batch)), "each example once")
+                self.assertTrue(all(len(mb) <= micro for g in got for mb in g))
+
+
+class ResumeTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(__import__("shutil").rmtree, self.dir)
+        torch.manual_seed(0)
+        self.tok = ToyTokenizer()
+        self.feats = [whale_sft.features(chat(i), self.tok) for i in range(4)]
+
+    def state(self):
+        torch.manual_seed(0)
+        m = TinyLM(len(self.tok))
+        o = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        return m, o
+
+    def test_save_and_load(self):
+        m, o = self.state()
+        whale_sft.train(m, o, self.feats, batch_size=2, micro_batch_size=1, pad_id=0, device="cpu",
+                        log=lambda *_: None)
+        r = whale_sft.Resume(os.path.join(self.dir, "r"), "fp1", log=lambda *_: None)
+        r.save(1, m, o, [3.5])
+        r.save(2, m, o, [3.5, 2.5])
+        self.assertEqual(os.listdir(r.dir), ["step-00000002"])
+        # A half-written checkpoint (no meta.json, or still .tmp) is not used.
+        os.makedirs(os.path.join(r.dir, "step-00000003"))
+        os.makedirs(os.path.join(r.dir, "step-00000004.tmp"))
+        torch.rand(3)  # the RNG moves on; resuming puts it back
+        m2, o2 = self.state()
+        self.assertEqual(r.load(m2, o2), (2, [3.5, 2.5]))
+        for p, q in zip(m.parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(p, q))
+        self.assertEqual(str(o.state_dict()), str(o2.state_dict()))
+        # Other inputs: not resumed, and removed.
+        logs = []
+        other = whale_sft.Resume(r.dir, "fp2", log=logs.append)
+        self.assertEqual(other.load(*self.state()), (0, []))
+        self.assertIn("other data or settings", logs[0])
+        self.assertEqual(os.listdir(r.dir), [])
+        other.clear()
+        self.assertFalse(os.path.exists(r.dir))
+
+    def test_a_checkpoint_of_another_model_is_refused(self):
+        m, o = self.state()
+        r = whale_sft.Resume(self.dir, "fp", log=lambda *_: None)
+        r.save(1, m, o, [1.0])
+        small = TinyLM(len(self.tok), dim=8)
+        for p in small.emb.parameters():
+            p.requires_grad_(False)
+        with self.assertRaisesRegex(whale_sft.DataError, r"state.pt: its parameters are not this model's trainable "
+                                                         r"ones \(missing \[\], unexpected \['emb.weight'\]\)"):
+            r.load(small, torch.optim.AdamW(small.out.parameters()))
+
+    def test_fingerprint_and_base_identity(self):
+        fp = whale_sft.fingerprint(self.feats, {"lr": 1e-6})
+        self.assertEqual(fp, whale_sft.fingerprint(copy.deepcopy(self.feats), {"lr": 1e-6}))
+        self.assertNotEqual(fp, whale_sft.fingerprint(self.feats, {"lr": 1e-7}))
+        self.assertNotEqual(fp, whale_sft.fingerprint(self.feats[:3], {"lr": 1e-6}))
+        masked = copy.deepcopy(self.feats)
+        masked[0]["labels"][-1] = IGNORE
+        self.assertNotEqual(fp, whale_sft.fingerprint(masked, {"lr": 1e-6}))
+        # Two checkpoints of one model, same sizes, other weights: told
+        # apart; the same files under another path (the stage's next
+        # attempt): the same.
+        dirs = []
+        for name, fill in (("a", 1), ("b", 2), ("c", 1)):
+            d = os.path.join(self.dir, name)
+            os.makedirs(d)
+            with open(os.path.join(d, "model.safetensors"), "wb") as f:
+                f.write(b"header" + bytes([fill]) * 300000)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                f.write("{}")
+            dirs.append(whale_sft.base_identity(d))
+        self.assertNotEqual(dirs[0], dirs[1])
+        self.assertEqual(dirs[0], dirs[2])
+        self.assertEqual(whale_sft.base_identity("Qwen/Qwen3-4B"), "Qwen/Qwen3-4B")
 
 
 class DataTest(unittest.TestCase):

@@ -78,6 +78,17 @@ func TestPythonUnitTests(t *testing.T) {
 	if !strings.Contains(string(out), "OK") {
 		t.Fatalf("unexpected unittest output:\n%s", out)
 	}
+	// Only the FSDP test may skip (Debian's torch 1.13 has no FSDP2); any
+	// other skip in CI means a path went untested.
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, " ... skipped ") {
+			continue
+		}
+		t.Logf("%s", line)
+		if os.Getenv("CI") == "true" && !strings.HasPrefix(line, "test_fsdp ") {
+			t.Errorf("skipped in CI: %s", line)
+		}
+	}
 	t.Logf("%s", lastLine(string(out)))
 }
 
@@ -210,7 +221,7 @@ func TestFinetuneStageRunsReferenceTrainer(t *testing.T) {
 			res.Manifest.Summary[finetune.SumCheckpointFiles], res.Manifest.Summary[finetune.SumTrainerSeconds])
 		prev = pos
 	}
-	if !strings.Contains(out.String(), "step 1/1 loss") {
+	if !strings.Contains(out.String(), "step 2/2 loss") { // one step per epoch, counted over the run
 		t.Errorf("trainer log not streamed:\n%s", out.String())
 	}
 }

@@ -26,6 +26,10 @@ Contract (WHALE's online RSFT, one weight step):
     likelihoods of one optimizer step divided by the number of trained
     tokens in that step (across micro-batches and ranks), not a mean of
     per-example means.
+  * The steps of a run (epochs of batches shuffled by seed + epoch) depend
+    only on the examples and settings, so a run resumed from the trainer's
+    own checkpoint (Resume) continues at the step count it saved and ends
+    as an uninterrupted run would.
 """
 
 import json
@@ -461,46 +465,104 @@ def batches(feats, batch_size, seed):
         yield [feats[j] for j in order[i: i + batch_size]]
 
 
-def train_epoch(model, optimizer, feats, *, batch_size, micro_batch_size, pad_id, device,
-                seed=0, max_grad_norm=1.0, rank=0, world=1, log=print, all_reduce=None):
-    """One epoch over feats; returns per-step losses (token-normalised).
+def run_batches(feats, batch_size, epochs, seed):
+    """The batch of every optimizer step of a run, in order: epoch e
+    shuffles with seed + e. The order depends only on these arguments, so a
+    resumed run finds its data position from the number of steps done."""
+    for epoch in range(epochs):
+        yield from batches(feats, batch_size, seed + epoch)
 
-    Every optimizer step takes batch_size examples (split across world
-    ranks and micro-batches); its loss is the summed token NLL divided by
-    the trained tokens of the whole step. With world > 1 the caller passes
-    all_reduce(int) -> int summing over ranks, and gradients are averaged
-    by DDP, so each rank scales its loss by world.
+
+def micro_batches(batch, rank, world, micro_batch_size):
+    """This rank's micro-batches of one optimizer step.
+
+    Every rank gets the same number of them (the most any rank needs),
+    padded with an all-masked copy of an example: FSDP all-gathers the
+    weights in every forward, so ranks running different numbers of
+    forwards would hang, and a DDP rank with no example must still run a
+    backward. A padding micro-batch adds no loss and no gradient.
     """
+    mine = batch[rank::world]
+    n = math.ceil(len(batch[0::world]) / micro_batch_size)
+    out = [mine[i: i + micro_batch_size] for i in range(0, len(mine), micro_batch_size)]
+    pad = {"input_ids": batch[0]["input_ids"], "labels": [IGNORE] * len(batch[0]["labels"])}
+    out += [[pad]] * (n - len(out))
+    return out
+
+
+def _grad_sync(model, on):
+    """Skips DDP's gradient all-reduce (no_sync) on all but the last
+    micro-batch of a step: each rank accumulates its whole gradient, as it
+    holds the whole model anyway, and it is reduced once. FSDP2 keeps
+    reduce-scattering after every micro-batch: skipping that would keep
+    unsharded gradients of the whole model on every rank."""
+    import contextlib
+    if not on and hasattr(model, "no_sync"):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def train(model, optimizer, feats, *, batch_size, micro_batch_size, pad_id, device, epochs=1,
+          seed=0, max_grad_norm=1.0, rank=0, world=1, log=print, all_reduce=None, autocast_dtype=None,
+          start_step=0, losses=None, after_step=None):
+    """Trains for epochs over feats; returns the loss of every step.
+
+    Every optimizer step takes batch_size examples (the effective batch,
+    across all ranks): each rank takes every world-th one and runs them
+    micro_batch_size at a time, accumulating gradients, so a step runs
+    ceil(batch_size / (world * micro_batch_size)) forwards per rank. Its
+    loss is the summed token NLL of the whole step divided by its trained
+    tokens, which every rank counts from the (shared) batch; DDP and FSDP
+    average gradients over ranks, so each rank scales its sum by world.
+
+    With world > 1, all_reduce(float) -> float sums over ranks (only for
+    the logged loss). autocast_dtype (torch.bfloat16) runs forwards under
+    autocast with float32 weights. start_step skips the steps a resumed
+    run has done (losses holds theirs); after_step(step, losses) is called
+    after every step, e.g. to checkpoint.
+    """
+    import contextlib
+
     import torch
-    losses = []
-    steps = math.ceil(len(feats) / batch_size)
+    losses = list(losses or [])
+    steps = math.ceil(len(feats) / batch_size) * epochs
+    dev = torch.device(device)
     model.train()
-    for step, batch in enumerate(batches(feats, batch_size, seed), 1):
-        mine = batch[rank::world]
-        if not mine:
-            # Every rank must run a backward for DDP; an all-masked copy
-            # adds no loss and no gradient.
-            mine = [{"input_ids": batch[0]["input_ids"], "labels": [IGNORE] * len(batch[0]["labels"])}]
-        tokens = sum(trained_tokens(f) for f in mine)
-        total = all_reduce(tokens) if all_reduce else tokens
+    for step, batch in enumerate(run_batches(feats, batch_size, epochs, seed), 1):
+        if step <= start_step:
+            continue
+        total = sum(trained_tokens(f) for f in batch)
         if total == 0:
             continue
         optimizer.zero_grad(set_to_none=True)
         step_sum = 0.0
-        for i in range(0, len(mine), micro_batch_size):
-            ids, labels, attn = collate(mine[i: i + micro_batch_size], pad_id)
-            ids, labels, attn = ids.to(device), labels.to(device), attn.to(device)
-            s, _ = masked_nll_sum(_logits(model(input_ids=ids, attention_mask=attn)), labels)
-            (s * world / total).backward()
+        micro = micro_batches(batch, rank, world, micro_batch_size)
+        for i, mb in enumerate(micro):
+            ids, labels, attn = (t.to(dev) for t in collate(mb, pad_id))
+            cast = torch.autocast(device_type=dev.type, dtype=autocast_dtype) if autocast_dtype \
+                else contextlib.nullcontext()
+            with _grad_sync(model, i == len(micro) - 1):
+                with cast:
+                    logits = _logits(model(input_ids=ids, attention_mask=attn))
+                s, _ = masked_nll_sum(logits, labels)
+                (s * world / total).backward()
             step_sum += float(s.detach())
         if max_grad_norm and max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
         optimizer.step()
-        loss = step_sum / tokens if tokens else 0.0
-        losses.append(loss)
+        if all_reduce:
+            step_sum = all_reduce(step_sum)
+        losses.append(step_sum / total)
         if rank == 0:
-            log(f"step {step}/{steps} loss {loss:.4f} tokens {total}")
+            log(f"step {step}/{steps} loss {losses[-1]:.4f} tokens {total}")
+        if after_step:
+            after_step(step, losses)
     return losses
+
+
+def train_epoch(model, optimizer, feats, *, seed=0, **kw):
+    """One epoch over feats (train with epochs=1)."""
+    return train(model, optimizer, feats, epochs=1, seed=seed, **kw)
 
 
 def evaluate_loss(model, feats, pad_id, device, micro_batch_size=1):
@@ -518,3 +580,192 @@ def evaluate_loss(model, feats, pad_id, device, micro_batch_size=1):
             n_all += n
     model.train(was)
     return s_all / n_all if n_all else float("nan")
+
+
+# ---------------------------------------------------------------- resuming
+
+RESUME_FORMAT = 1
+
+
+def fingerprint(feats, settings):
+    """What a checkpoint must have been trained on to be resumed: the
+    tokenised examples (so the data, the tokenizer, the template and the
+    masking) and the settings that change the result (base, learning
+    rate, batch, seed, ...; not world size or micro-batch, which only
+    change how a step is computed)."""
+    import array
+    import hashlib
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for f in feats:
+        h.update(array.array("q", f["input_ids"]).tobytes())
+        h.update(array.array("q", f["labels"]).tobytes())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def base_identity(path, chunk=1 << 16):
+    """Identifies a base checkpoint for fingerprint without reading all of
+    it: a hub name as is; for a directory (whose path differs between the
+    finetune stage's attempts), every file's name and size and a hash of
+    its first, middle and last 64 KiB, which differ between two trained
+    checkpoints of the same model since training changes every weight."""
+    import hashlib
+    if not os.path.isdir(path):
+        return path
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            p = os.path.join(root, name)
+            size = os.path.getsize(p)
+            h.update(f"{os.path.relpath(p, path)}\0{size}\0".encode())
+            with open(p, "rb") as f:
+                for at in sorted({0, max(0, size // 2 - chunk // 2), max(0, size - chunk)}):
+                    f.seek(at)
+                    h.update(f.read(chunk))
+    return "sha256:" + h.hexdigest()
+
+
+def trainable_state(model):
+    """The trainable parameters: all of them for a full fine-tune, the
+    adapter for LoRA (the frozen base is reloaded from its checkpoint)."""
+    return {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
+
+
+class PlainState:
+    """Model and optimizer state as one file written by rank 0: for a
+    single process and DDP, where every rank holds the same weights and
+    optimizer state."""
+
+    def save(self, path, model, optimizer, rank):
+        import torch
+        if rank == 0:
+            torch.save({"model": trainable_state(model), "optimizer": optimizer.state_dict()},
+                       os.path.join(path, "state.pt"))
+
+    def load(self, path, model, optimizer, rank):
+        import torch
+        state = torch.load(os.path.join(path, "state.pt"), map_location="cpu")
+        want = {n for n, p in model.named_parameters() if p.requires_grad}
+        if set(state["model"]) != want:
+            missing, extra = sorted(want - set(state["model"])), sorted(set(state["model"]) - want)
+            raise DataError(f"{path}/state.pt: its parameters are not this model's trainable ones "
+                            f"(missing {missing[:3]}, unexpected {extra[:3]})")
+        model.load_state_dict(state["model"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+
+
+def _rng_state():
+    import torch
+    st = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def _set_rng_state(st):
+    import torch
+    random.setstate(st["python"])
+    torch.set_rng_state(st["torch"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+class Resume:
+    """The trainer's own checkpoints, so that a killed run resumes.
+
+    directory/step-NNNNNNNN holds, after optimizer step N: the model and
+    optimizer state (state.save), every rank's RNG state, and meta.json
+    (step, per-step losses, fingerprint, world size), written last; the
+    directory is renamed into place only once complete, and older ones are
+    then removed. The data position is the step count: run_batches gives
+    the same batches for the same fingerprint. A checkpoint whose
+    fingerprint differs (other data or settings) is discarded, and training
+    starts over. With several nodes, directory must be on a filesystem all
+    of them share.
+    """
+
+    def __init__(self, directory, fingerprint, *, rank=0, world=1, barrier=None, log=print, state=None):
+        self.dir, self.fp, self.rank, self.world = directory, fingerprint, rank, world
+        self.barrier = barrier or (lambda: None)
+        self.log = log
+        self.state = state or PlainState()
+
+    def _complete(self):
+        if not os.path.isdir(self.dir):
+            return []
+        done = [n for n in os.listdir(self.dir)
+                if n.startswith("step-") and not n.endswith(".tmp")
+                and os.path.isfile(os.path.join(self.dir, n, "meta.json"))]
+        return sorted(done)
+
+    def load(self, model, optimizer):
+        """Restores the latest checkpoint; returns (steps done, their losses),
+        (0, []) when there is none to resume."""
+        done = self._complete()
+        meta = None
+        if done:
+            path = os.path.join(self.dir, done[-1])
+            with open(os.path.join(path, "meta.json")) as f:
+                meta = json.load(f)
+            if meta.get("format") != RESUME_FORMAT or meta.get("fingerprint") != self.fp:
+                if self.rank == 0:
+                    self.log(f"resume: {path} was trained on other data or settings; starting over")
+                meta = None
+        self.barrier()  # every rank has read it before rank 0 may remove it
+        if meta is None:
+            if self.rank == 0 and os.path.isdir(self.dir):
+                for n in os.listdir(self.dir):
+                    if n.startswith("step-"):
+                        _rmtree(os.path.join(self.dir, n))
+            self.barrier()
+            return 0, []
+        self.state.load(path, model, optimizer, self.rank)
+        rng = os.path.join(path, f"rng-{self.rank}.pt")
+        if meta.get("world") == self.world and os.path.isfile(rng):
+            import torch
+            _set_rng_state(torch.load(rng))
+        elif self.rank == 0:
+            self.log(f"resume: saved on {meta.get('world')} rank(s), running on {self.world}: RNG state not restored")
+        if self.rank == 0:
+            self.log(f"resume: from {path} after step {meta['step']}")
+        return meta["step"], list(meta["losses"])
+
+    def save(self, step, model, optimizer, losses):
+        import torch
+        final = os.path.join(self.dir, f"step-{step:08d}")
+        tmp = final + ".tmp"
+        if self.rank == 0:
+            _rmtree(tmp)
+            os.makedirs(tmp)
+        self.barrier()
+        self.state.save(tmp, model, optimizer, self.rank)
+        torch.save(_rng_state(), os.path.join(tmp, f"rng-{self.rank}.pt"))
+        self.barrier()
+        if self.rank == 0:
+            with open(os.path.join(tmp, "meta.json"), "w") as f:
+                json.dump({"format": RESUME_FORMAT, "step": step, "losses": losses, "fingerprint": self.fp,
+                           "world": self.world}, f)
+            _rmtree(final)
+            os.rename(tmp, final)
+            for n in os.listdir(self.dir):
+                if n.startswith("step-") and n != os.path.basename(final):
+                    _rmtree(os.path.join(self.dir, n))
+        self.barrier()
+
+    def clear(self):
+        """Removes the checkpoints once the final model is saved (and the
+        directory, if nothing else is left in it)."""
+        if self.rank == 0 and os.path.isdir(self.dir):
+            for n in os.listdir(self.dir):
+                if n.startswith("step-"):
+                    _rmtree(os.path.join(self.dir, n))
+            try:
+                os.rmdir(self.dir)
+            except OSError:
+                pass
+
+
+def _rmtree(path):
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)

@@ -119,8 +119,8 @@ class ToyHFTokenizer(ToyTokenizer):
 class ToyHFModel(TinyLM):
     """TinyLM saved and loaded the transformers way, as model.pt."""
 
-    def save_pretrained(self, out, safe_serialization=True):
-        torch.save(self.state_dict(), os.path.join(out, "model.pt"))
+    def save_pretrained(self, out, safe_serialization=True, state_dict=None):
+        torch.save(self.state_dict() if state_dict is None else state_dict, os.path.join(out, "model.pt"))
 
 
 class AutoTokenizer:
@@ -136,6 +136,7 @@ class AutoModelForCausalLM:
     def from_pretrained(path, torch_dtype=None):
         torch.manual_seed(0)
         model = ToyHFModel(len(ToyTokenizer()))
+        model.name_or_path = path
         weights = os.path.join(path, "model.pt")
         if os.path.isfile(weights):
             model.load_state_dict(torch.load(weights))
