@@ -63,6 +63,11 @@ const (
 //	WHALE_LEARNING_RATE, WHALE_EPOCHS, WHALE_LORA (1 or 0), WHALE_LORA_RANK,
 //	WHALE_LORA_ALPHA, WHALE_TRAIN_REASONING (1, or 0 with MaskReasoning),
 //	WHALE_SEED, WHALE_RUN, WHALE_POSITION, WHALE_ATTEMPT
+//	WHALE_RESUME_DIR       a directory for the trainer's own mid-training
+//	                       checkpoints that outlives a failed attempt (the
+//	                       work directory does not), so that the next
+//	                       attempt at the position resumes; removed once
+//	                       training succeeds
 type Config struct {
 	// Backend is a name of the table of backends (see Backends): "command"
 	// (the default when empty) or "local" (whale's built-in model, trained
@@ -121,7 +126,7 @@ var reservedEnv = map[string]bool{
 	"WHALE_MODEL_ID": true, "WHALE_LEARNING_RATE": true, "WHALE_EPOCHS": true,
 	"WHALE_LORA": true, "WHALE_LORA_RANK": true, "WHALE_LORA_ALPHA": true, "WHALE_TRAIN_REASONING": true,
 	"WHALE_SEED": true, "WHALE_RUN": true, "WHALE_POSITION": true, "WHALE_ATTEMPT": true,
-	"WHALE_CHECKPOINT_DIR": true,
+	"WHALE_CHECKPOINT_DIR": true, "WHALE_RESUME_DIR": true,
 }
 
 // Validate checks the configuration before anything runs.
@@ -336,6 +341,11 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 		"WHALE_POSITION":        x.Position,
 		"WHALE_ATTEMPT":         strconv.Itoa(x.Attempt),
 	}
+	resumeDir, err := st.makeResumeDir(x)
+	if err != nil {
+		return err
+	}
+	env["WHALE_RESUME_DIR"] = resumeDir
 	start := time.Now()
 	modelID, err = b.train(st, ctx, &job{log: log, x: x, cfg: cfg, examples: counts.Examples,
 		sftDir: sftDir, base: baseArg, outDir: outDir, modelID: modelID, env: env})
@@ -349,13 +359,16 @@ func (st *Stage) Run(ctx context.Context, x *stages.Exec) error {
 	}
 	if err != nil {
 		if cfg.OnFailure != OnFailureSkip || ctx.Err() != nil {
-			return err
+			return err // the resume directory stays for the next attempt
 		}
+		os.RemoveAll(resumeDir)
 		log.Warn("finetune: training failed; on_failure skip commits the step untrained with the base carried forward",
 			"err", err, "model_id", base.ModelID)
 		x.SetSummary(SumTrainerError, err.Error())
 		return carry(secs)
 	}
+	// Trained: what the trainer kept to resume from is of no more use.
+	os.RemoveAll(resumeDir)
 	if id, ok, err := readModelID(outDir); err != nil {
 		return err
 	} else if ok {
@@ -451,6 +464,22 @@ func (st *Stage) makeWorkDir(x *stages.Exec) (string, error) {
 	dir, err := os.MkdirTemp(parent, fmt.Sprintf("whale-finetune-%s-%s-a%d-*", x.Run, x.Position, x.Attempt))
 	if err != nil {
 		return "", fmt.Errorf("finetune: work dir: %w", err)
+	}
+	return dir, nil
+}
+
+// makeResumeDir makes (or finds, on a later attempt) the position's
+// resume directory next to the work directories: named by run and
+// position, not attempt, so an attempt finds what a failed one left. The
+// trainer checks that what it finds was made from the same inputs.
+func (st *Stage) makeResumeDir(x *stages.Exec) (string, error) {
+	parent := st.WorkDir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dir := filepath.Join(parent, fmt.Sprintf("whale-finetune-resume-%s-%s", x.Run, x.Position))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("finetune: resume dir: %w", err)
 	}
 	return dir, nil
 }

@@ -587,3 +587,39 @@ func TestFinetuneTrainerLeavesHelperBehind(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A trainer killed mid-training finds, on the next attempt at the same
+// position, what it saved in $WHALE_RESUME_DIR (the work directory of the
+// failed attempt is gone); once training succeeds the directory goes.
+func TestFinetuneResumeDirOutlivesAFailedAttempt(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, "mem://")
+	commitSFT(t, s, "r001-w01", examples(1))
+	work := t.TempDir()
+	cmd := `if [ -f "$WHALE_RESUME_DIR/step" ]; then
+  echo "resumed at $(cat "$WHALE_RESUME_DIR/step")" > "$WHALE_OUTPUT_DIR/model.bin"
+else
+  echo 2 > "$WHALE_RESUME_DIR/step"; echo "killed after step 2" >&2; exit 137
+fi`
+	spec := ftSpec("r001-w01", baseConfig(cmd), "")
+	if _, err := stages.Execute(ctx, s, spec, &Stage{WorkDir: work}); err == nil || !strings.Contains(err.Error(), "killed after step 2") {
+		t.Fatalf("first attempt: %v, want the trainer's failure", err)
+	}
+	resume := filepath.Join(work, "whale-finetune-resume-exp-r001-w01")
+	if b, err := os.ReadFile(filepath.Join(resume, "step")); err != nil || string(b) != "2\n" {
+		t.Fatalf("the resume directory after a failed attempt: %q, %v", b, err)
+	}
+	if _, err := stages.Execute(ctx, s, spec, &Stage{WorkDir: work}); err != nil {
+		t.Fatalf("second attempt: %v", err)
+	}
+	m, err := storage.LatestCommitted(ctx, s, "exp", "r001-w01", Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fileOf(t, s, readIndex(t, s, m), "model.bin"); got != "resumed at 2\n" {
+		t.Errorf("model.bin = %q, want the second attempt's resume from step 2", got)
+	}
+	if _, err := os.Stat(resume); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the resume directory is still there after training succeeded: %v", err)
+	}
+}
