@@ -20,7 +20,7 @@ func TestInitRefusesSecrets(t *testing.T) {
 		{"endpoint api_key", "- http://gpu-node-01:8000/v1", "- http://gpu-node-01:8000/v1?api_key=" + secret, "model.endpoints[0]"},
 		{"model.extra.api_key", "      enable_thinking: false", "      enable_thinking: false\n    api_key: " + secret, "model.extra.api_key"},
 		{"nested extra", "      enable_thinking: false", "      enable_thinking: false\n      auth_token: " + secret, "model.extra.chat_template_kwargs.auth_token"},
-		{"finetune.env", "  reload: command\n", "  reload: command\n  env:\n    HF_TOKEN: " + secret + "\n", "finetune.env.HF_TOKEN"},
+		{"finetune.env", "  env:\n", "  env:\n    HF_TOKEN: " + secret + "\n", "finetune.env.HF_TOKEN"},
 		{"a variable's value in the agent command", "--permission-mode acceptEdits", "--permission-mode acceptEdits --key-from " + secret, "harness.agent.command"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
