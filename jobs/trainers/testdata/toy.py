@@ -3,6 +3,7 @@ bigram language model: enough to test whale_sft without transformers."""
 
 import json
 import os
+import struct
 
 import torch
 from torch import nn
@@ -117,10 +118,38 @@ class ToyHFTokenizer(ToyTokenizer):
 
 
 class ToyHFModel(TinyLM):
-    """TinyLM saved and loaded the transformers way, as model.pt."""
+    """TinyLM saved and loaded the transformers way, as model.pt, next to
+    the Hugging Face layout a vLLM server's loader checks for before it
+    loads a directory (config.json and *.safetensors): the whole-run tests
+    hand the toy's checkpoints to a fake vLLM that checks what vLLM does."""
 
     def save_pretrained(self, out, safe_serialization=True, state_dict=None):
-        torch.save(self.state_dict() if state_dict is None else state_dict, os.path.join(out, "model.pt"))
+        state = self.state_dict() if state_dict is None else state_dict
+        torch.save(state, os.path.join(out, "model.pt"))
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump({"model_type": "whale_toy", "architectures": ["ToyHFModel"],
+                       "vocab_size": self.out.out_features, "hidden_size": self.out.in_features}, f)
+        if safe_serialization:
+            write_safetensors(state, os.path.join(out, "model.safetensors"))
+
+
+def write_safetensors(state, path):
+    """The safetensors format by hand (Debian has no python3-safetensors):
+    a little-endian u64 header length, a JSON header of dtype, shape and
+    byte offsets per tensor (padded to 8 bytes), then the raw bytes."""
+    header, blobs, offset = {}, [], 0
+    for name, t in state.items():
+        b = t.detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
 
 
 class AutoTokenizer:
