@@ -134,3 +134,48 @@ func TestEpisodePaperH0(t *testing.T) {
 		})
 	}
 }
+
+// The paper's h0 keeps the presentation constants working: a proposer
+// that sets them changes what the model sees.
+func TestPaperH0PresentationKnobs(t *testing.T) {
+	src := string(Harnesses()["h0"])
+	set := func(name, value string) string {
+		for _, line := range strings.Split(src, "\n") {
+			if strings.HasPrefix(line, name+" = ") {
+				return strings.Replace(src, line, name+" = "+value, 1)
+			}
+		}
+		t.Fatalf("h0 sets no %s", name)
+		return ""
+	}
+	tests := []struct {
+		name, src   string
+		want, avoid []string
+	}{
+		{"defaults", src, []string{"FEN: 5rk1/", "Board:\n8 . . . . . r k .", "Legal moves:\n- [", "] SAN="}, nil},
+		{"fen only", set("BOARD_FORMAT", `"fen"`), []string{"FEN: 5rk1/"}, []string{"Board:"}},
+		{"ascii only", set("BOARD_FORMAT", `"ascii"`), []string{"Board:\n8 . . . . . r k ."}, []string{"FEN:"}},
+		{"no legal moves", set("SHOW_LEGAL_MOVES", "False"), []string{"FEN: "}, []string{"Legal moves", "SAN="}},
+		{"legal moves in SAN", set("MOVE_FORMAT", `"san"`), []string{"Legal moves:\n- ", "Rd8 [f8d8]"}, []string{"SAN="}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := loadHarness(t, tt.src)
+			_, obs := newEnv(t, taskByID(t, "0000D"), h)
+			text, err := h.Call(context.Background(), "format_observation", obs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(text.(string), w) {
+					t.Errorf("lacks %q:\n%s", w, text)
+				}
+			}
+			for _, w := range tt.avoid {
+				if strings.Contains(text.(string), w) {
+					t.Errorf("shows %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+}
