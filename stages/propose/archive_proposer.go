@@ -611,12 +611,25 @@ func editTargets(e edit, spec harness.ConstSpec, old any) []string {
 	case "board":
 		return []string{failWrong, failTool}
 	}
-	words := strings.ToLower(spec.Name + " " + spec.Doc)
+	// The name's parts and the doc's words; identifiers in the doc
+	// (format_tool_result, parse_action) name hooks, not what the
+	// constant is about.
+	words := strings.Split(strings.ToLower(spec.Name), "_")
+	for _, w := range strings.Fields(strings.ToLower(spec.Doc)) {
+		if !strings.Contains(w, "_") {
+			words = append(words, strings.Trim(w, ".,;:()`'\"<>/"))
+		}
+	}
+	has := func(stems ...string) bool {
+		return slices.ContainsFunc(words, func(w string) bool {
+			return slices.ContainsFunc(stems, func(s string) bool { return strings.HasPrefix(w, s) })
+		})
+	}
 	var out []string
-	if strings.Contains(words, "format") || strings.Contains(words, "parse") || strings.Contains(words, "tag") {
+	if has("format", "pars", "tag") {
 		out = append(out, failFormat)
 	}
-	if strings.Contains(words, "tool") || strings.Contains(words, "search") {
+	if has("tool", "search") {
 		out = append(out, failTool)
 	}
 	if len(out) == 0 {

@@ -362,3 +362,32 @@ func TestStageArchive(t *testing.T) {
 		})
 	}
 }
+
+// Constants are matched to failure classes by their own words, not by the
+// hooks their docs mention.
+func TestEditTargetsByWords(t *testing.T) {
+	c := (&fakeDomain{}).Contract()
+	for _, tc := range []struct {
+		spec harness.ConstSpec
+		want []string
+	}{
+		{harness.ConstSpec{Name: "LENIENT_PARSE", Doc: "Whether parse_action takes the last integer."}, []string{failFormat}},
+		{harness.ConstSpec{Name: "ANSWER_CUE", Doc: "Asks for the tagged answer format parse_action reads."}, []string{failFormat}},
+		{harness.ConstSpec{Name: "MAX_TOOL_RESULT_CHARS", Doc: "Most characters of what format_tool_result returned."}, []string{failTool}},
+		{harness.ConstSpec{Name: "SEARCH_DEPTH", Doc: "How deep to look."}, []string{failTool}},
+		{harness.ConstSpec{Name: "HINTS", Doc: "Whether to add a hint."}, []string{failWrong}},
+	} {
+		e := edit{axis: "other", constant: tc.spec.Name, value: true}
+		if got := editTargets(e, tc.spec, false); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.spec.Name, got, tc.want)
+		}
+	}
+	// Budgets target their class only when raised.
+	turns, _ := c.Const("MAX_TURNS")
+	if got := editTargets(edit{axis: "turns", constant: "MAX_TURNS", value: int64(6)}, turns, int64(4)); !reflect.DeepEqual(got, []string{failTurns}) {
+		t.Errorf("MAX_TURNS raised: %v", got)
+	}
+	if got := editTargets(edit{axis: "turns", constant: "MAX_TURNS", value: int64(2)}, turns, int64(4)); got != nil {
+		t.Errorf("MAX_TURNS lowered: %v", got)
+	}
+}

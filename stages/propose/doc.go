@@ -63,7 +63,7 @@
 //     MAX_TOKENS only when raised (format; tool; turns; turns and format),
 //     prompt fragments by their focus, tool and retrieval settings tool and
 //     wrong, board settings wrong and tool, other constants by the words of
-//     their name and doc (editTargets). A combination that hurt as a whole
+//     their name and doc, hook names in the doc left out (editTargets). A combination that hurt as a whole
 //     is not proposed again; a harness already in the archive never is.
 //     Its summary adds archive_model, archive_records, archive_helped,
 //     archive_hurt, archive_failures (class → episodes), archive_dominant
