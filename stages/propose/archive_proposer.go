@@ -97,7 +97,9 @@ type record struct {
 // plain "scored lower" would soon ban every edit.
 const hurtSEs = 2
 
-// helped: every record of the atom scored above its parent.
+// helped: the record scored above its parent. No margin here: a
+// combination that does not help costs one slot, and being in the
+// archive it is not proposed again.
 func (r record) helped() bool { return r.delta > 0 }
 
 // hurt: the record scored clearly below its parent.
@@ -118,10 +120,12 @@ func (e *effect) mean() float64 {
 	return s / float64(len(e.records))
 }
 
+// helped: every single-edit record of the atom scored above its parent.
 func (e *effect) helped() bool {
 	return !slices.ContainsFunc(e.records, func(r record) bool { return !r.helped() })
 }
 
+// hurt: some single-edit record of the atom scored clearly below its parent.
 func (e *effect) hurt() bool { return slices.ContainsFunc(e.records, record.hurt) }
 
 // history is what the archive backend reads besides the archive: scores
@@ -527,11 +531,11 @@ func targetedEdits(in *input, ranked []string, tried, hurt map[string]bool) []fr
 		}
 		return len(ranked), ""
 	}
-	type ranked2 struct {
+	type byRank struct {
 		freshEdit
 		r int
 	}
-	var out []ranked2
+	var out []byRank
 	for _, e := range edits {
 		a := atom{constant: e.constant, literal: e.literal, value: e.value, axis: e.axis}
 		if lit, ok := literalOf(e.value); ok {
@@ -545,9 +549,9 @@ func targetedEdits(in *input, ranked []string, tried, hurt map[string]bool) []fr
 		if tried[a.key()] {
 			r += len(ranked) + 1
 		}
-		out = append(out, ranked2{freshEdit{e: e, atom: a, class: c, tried: tried[a.key()]}, r})
+		out = append(out, byRank{freshEdit{e: e, atom: a, class: c, tried: tried[a.key()]}, r})
 	}
-	slices.SortStableFunc(out, func(a, b ranked2) int { return cmp.Compare(a.r, b.r) })
+	slices.SortStableFunc(out, func(a, b byRank) int { return cmp.Compare(a.r, b.r) })
 	res := make([]freshEdit, len(out))
 	for i, o := range out {
 		res[i] = o.freshEdit
