@@ -48,6 +48,7 @@ type backend struct {
 // backends is the table of proposers, in the order Backends lists them.
 var backends = []backend{
 	{name: BackendMutate, propose: (*Stage).proposeMutate},
+	// The archive backend streams every rollout itself (readHistory).
 	{name: BackendArchive, propose: (*Stage).proposeArchive},
 	{name: BackendLLM, check: Config.checkLLM, label: llmLabel, episodes: true, usesLLM: true, propose: (*Stage).llm},
 	// The agent reads every episode: writeTrajectories streams them.
