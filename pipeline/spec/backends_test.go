@@ -24,9 +24,10 @@ const servedModel = "model: {name: m, endpoints: ['http://127.0.0.1:8000/v1']}\n
 // proposerChecks for its settings, if it has any).
 func TestEveryProposerAccepted(t *testing.T) {
 	settings := map[string]string{
-		ProposerMutate: "harness: {proposer: mutate}\n",
-		ProposerLLM:    "harness: {proposer: llm, llm: {name: big, endpoints: ['http://127.0.0.1:8001/v1']}}\n",
-		ProposerAgent:  "harness: {proposer: agent, agent: {command: 'my-agent --yes'}}\n",
+		ProposerMutate:  "harness: {proposer: mutate}\n",
+		ProposerArchive: "harness: {proposer: archive}\n",
+		ProposerLLM:     "harness: {proposer: llm, llm: {name: big, endpoints: ['http://127.0.0.1:8001/v1']}}\n",
+		ProposerAgent:   "harness: {proposer: agent, agent: {command: 'my-agent --yes'}}\n",
 	}
 	for _, name := range propose.Backends() {
 		h, ok := settings[name]
@@ -89,7 +90,7 @@ func TestUnknownBackendListsKnown(t *testing.T) {
 		}
 	}
 	// The lists themselves, as users read them.
-	if got := strings.Join(propose.Backends(), ", "); got != "mutate, llm, agent" {
+	if got := strings.Join(propose.Backends(), ", "); got != "mutate, archive, llm, agent" {
 		t.Errorf("proposers %q", got)
 	}
 	if got := strings.Join(finetune.Backends(), ", "); got != "command, local" {
@@ -110,7 +111,7 @@ func TestBackendChecksNameTableRows(t *testing.T) {
 			t.Errorf("finetuneChecks[%q]: not a finetune backend (%v)", name, finetune.Backends())
 		}
 	}
-	for _, name := range []string{ProposerMutate, ProposerLLM, ProposerAgent} {
+	for _, name := range []string{ProposerMutate, ProposerArchive, ProposerLLM, ProposerAgent} {
 		if !slices.Contains(propose.Backends(), name) {
 			t.Errorf("Proposer constant %q: not a propose backend", name)
 		}

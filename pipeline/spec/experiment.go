@@ -26,9 +26,10 @@ const (
 	ProviderOpenAI = "openai"
 	ProviderLocal  = "local"
 
-	ProposerMutate = propose.BackendMutate
-	ProposerLLM    = propose.BackendLLM
-	ProposerAgent  = propose.BackendAgent
+	ProposerMutate  = propose.BackendMutate
+	ProposerArchive = propose.BackendArchive
+	ProposerLLM     = propose.BackendLLM
+	ProposerAgent   = propose.BackendAgent
 
 	FinetuneCommand = finetune.BackendCommand
 	FinetuneLocal   = finetune.BackendLocal
@@ -189,7 +190,7 @@ type Harness struct {
 	SearchSetSize          int    `yaml:"search_set_size" json:"search_set_size"`
 	// SamplesPerCandidate is the rollouts per candidate–example pair.
 	SamplesPerCandidate int `yaml:"samples_per_candidate" json:"samples_per_candidate"`
-	// Proposer is a name of propose.Backends(): mutate, llm or agent;
+	// Proposer is a name of propose.Backends(): mutate, archive, llm or agent;
 	// default agent, mutate for demo.
 	Proposer string `yaml:"proposer" json:"proposer"`
 	// PromptOnly restricts edits to the prompts; always true for fst.

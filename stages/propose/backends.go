@@ -10,9 +10,10 @@ import (
 
 // Backends.
 const (
-	BackendMutate = "mutate"
-	BackendLLM    = "llm"
-	BackendAgent  = "agent"
+	BackendMutate  = "mutate"
+	BackendArchive = "archive"
+	BackendLLM     = "llm"
+	BackendAgent   = "agent"
 )
 
 // backend is one row of the table of proposers: everything the stage
@@ -47,6 +48,8 @@ type backend struct {
 // backends is the table of proposers, in the order Backends lists them.
 var backends = []backend{
 	{name: BackendMutate, propose: (*Stage).proposeMutate},
+	// The archive backend streams every rollout itself (readHistory).
+	{name: BackendArchive, propose: (*Stage).proposeArchive},
 	{name: BackendLLM, check: Config.checkLLM, label: llmLabel, episodes: true, usesLLM: true, propose: (*Stage).llm},
 	// The agent reads every episode: writeTrajectories streams them.
 	{name: BackendAgent, check: Config.checkAgent, propose: (*Stage).agent},

@@ -8,7 +8,7 @@ import (
 
 // The table's names are the exported constants, in order, each once.
 func TestBackendsTable(t *testing.T) {
-	if got, want := Backends(), []string{BackendMutate, BackendLLM, BackendAgent}; !slices.Equal(got, want) {
+	if got, want := Backends(), []string{BackendMutate, BackendArchive, BackendLLM, BackendAgent}; !slices.Equal(got, want) {
 		t.Fatalf("Backends() = %v, want %v", got, want)
 	}
 	for _, b := range backends {
@@ -16,7 +16,7 @@ func TestBackendsTable(t *testing.T) {
 			t.Errorf("row %+v: want a name and a propose func", b)
 		}
 	}
-	for name, want := range map[string]bool{BackendMutate: false, BackendLLM: true, BackendAgent: false, "magic": false, "": false} {
+	for name, want := range map[string]bool{BackendMutate: false, BackendArchive: false, BackendLLM: true, BackendAgent: false, "magic": false, "": false} {
 		if got := UsesLLM(name); got != want {
 			t.Errorf("UsesLLM(%q) = %v, want %v", name, got, want)
 		}
@@ -28,7 +28,7 @@ func TestBackendUnknownListsKnown(t *testing.T) {
 	cfg := mutateConfig(3)
 	cfg.Backend = "magic"
 	err := cfg.Validate()
-	if err == nil || !strings.Contains(err.Error(), `backend "magic": want mutate, llm or agent`) {
+	if err == nil || !strings.Contains(err.Error(), `backend "magic": want mutate, archive, llm or agent`) {
 		t.Fatalf("Validate() = %v", err)
 	}
 	rest := err.Error()
@@ -44,7 +44,7 @@ func TestBackendUnknownListsKnown(t *testing.T) {
 // Every row of the table accepts a config that gives its settings, and
 // names its proposer.
 func TestBackendsAccepted(t *testing.T) {
-	labels := map[string]string{BackendMutate: "mutate", BackendLLM: "llm:proposer", BackendAgent: "agent"}
+	labels := map[string]string{BackendMutate: "mutate", BackendArchive: "archive", BackendLLM: "llm:proposer", BackendAgent: "agent"}
 	for _, name := range Backends() {
 		cfg := Config{Backend: name, M: 3, Parent: ParentH0, Iteration: 1, Domain: "fake",
 			AgentCommand: "true", LLM: LLMConfig{Model: "proposer"}}

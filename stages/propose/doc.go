@@ -1,6 +1,7 @@
 // Package propose is the propose stage of a harness iteration: it reads the
 // phase's archive and writes M new harness candidates, each changing exactly
-// one mechanism (an axis, see Axes) of the parent harness.
+// one mechanism (an axis, see Axes) of the parent harness, or, from the
+// archive backend, combining edits that each helped.
 //
 // Contract:
 //   - Inputs: "tasks" (its first two rows are the dry-run tasks) and zero or
@@ -25,12 +26,49 @@
 //     of its own settings, its proposer label, whether it reads sampled
 //     episodes or asks a chat model (UsesLLM), and how it proposes. They are
 //     mutate (offline and deterministic: one constant or prompt fragment per
-//     candidate, seeded by the stage's seed and Config.Iteration), llm (one
+//     candidate, seeded by the stage's seed and Config.Iteration), archive
+//     (offline and deterministic too, learning from the archive: below), llm (one
 //     chat call with the contract, the frontier's code and scores and sampled
 //     failures; reply format: name:/axis:/hypothesis: lines, then a fenced
 //     python block; proposer "llm:<model>"), agent (a command run in a
 //     workspace of plain files, harvested from new/<name>/; see
 //     writeWorkspace). Adding a proposer is its file and one row.
+//   - The archive backend reads what every earlier candidate of the archive
+//     did, as Meta-Harness's proposer reads the full history rather than
+//     scores alone. For each archived harness with a parent it diffs the
+//     two as loaded: the contract constants whose values differ are its
+//     edit (an atom is one constant set to one value; code that differs
+//     besides constants makes the edit opaque: counted, never recombined);
+//     its effect is the mean over the search tasks both were scored on of
+//     its per-task reward minus its parent's, with a standard error, on
+//     the current model (the model id of the newest evaluation's evals:
+//     scores on other models are not compared). Every search-set rollout
+//     that did not end correct is classified by its finish reason and
+//     trace (classifyFailure): format (finish "format"), tool (finish
+//     "illegal", or a "tool error" in the trace), turns (finish
+//     "max_turns" or "stopped"), wrong (an answer graded wrong), error (a
+//     model, hook or environment failure: counted, never targeted). An
+//     atom helped when every single-edit record of it scored above its
+//     parent; it hurt when one scored more than hurtSEs standard errors
+//     below (a plain "lower" would ban edits for noise: the parent is the
+//     best so far and likely drew high). It then proposes, alternating
+//     slot by slot and starting with (a): (a) the parent with every helped
+//     atom it lacks applied together (one value per constant, the larger
+//     effect), then shorter best-first prefixes of that list, then each
+//     helped atom alone; (b) mutate's single edits of the parent in the
+//     seeded order, never an atom that hurt on this model, those no record
+//     tried first, each group sorted by the rank of the failure class the
+//     edit targets in the parent's failures (all of the archive's when the
+//     parent has none): FORMAT_RETRIES, ILLEGAL_RETRIES, MAX_TURNS and
+//     MAX_TOKENS only when raised (format; tool; turns; turns and format),
+//     prompt fragments by their focus, tool and retrieval settings tool and
+//     wrong, board settings wrong and tool, other constants by the words of
+//     their name and doc, hook names in the doc left out (editTargets). A combination that hurt as a whole
+//     is not proposed again; a harness already in the archive never is.
+//     Its summary adds archive_model, archive_records, archive_helped,
+//     archive_hurt, archive_failures (class → episodes), archive_dominant
+//     and archive_new_edits. Combinations name their axis when all their
+//     atoms share one, else "combined".
 //   - The agent's workspace holds, for every harness of the archive,
 //     candidates/<dir>/harness.star, scores.json and trajectories.jsonl:
 //     every search-set episode it played, one JSON line each (the rollout
@@ -110,7 +148,7 @@
 //     agent backend, and the summary: backend, parent, proposed (= valid +
 //     rejected: each rejected.json entry is one proposal or one unfilled slot),
 //     valid, rejected, rejected_by_reason (kind → count), dry_run_env_errors and
-//     backend details (mutate_edits, llm token counts, agent_status, agent_sandbox,
+//     backend details (mutate_edits, archive_*, llm token counts, agent_status, agent_sandbox,
 //     agent_log_bytes, prototype_episodes, prototype_requests).
 //   - Zero valid candidates is still a committed result: the planner decides.
 //     The stage fails (commits nothing) only when it cannot work at all: a bad

@@ -45,13 +45,15 @@ const MaxCandidates = 32
 //	board        BOARD_FORMAT, SHOW_LEGAL_MOVES, MOVE_FORMAT
 //	other        a domain constant none of the above covers
 //
-// The mutate backend always uses these; the llm and agent backends are
-// asked to, and an axis they name outside the list is kept as written.
+// The mutate backend always uses these, and so does the archive backend
+// except for a combination of edits on several axes ("combined"); the llm
+// and agent backends are asked to, and an axis they name outside the list
+// is kept as written.
 var Axes = []string{"prompt", "retries", "turns", "parsing", "context", "tool-format", "retrieval", "board", "other"}
 
 // Config is the hashed configuration of a propose stage.
 type Config struct {
-	// Backend is a name of the table of backends: mutate, llm or agent
+	// Backend is a name of the table of backends: mutate, archive, llm or agent
 	// (see Backends).
 	Backend string `json:"backend"`
 	// M is how many candidates to propose.
