@@ -26,10 +26,15 @@ func TestKillAll(t *testing.T) {
 		t.Fatal("the group was not killed")
 	}
 	remove()
-	// Nothing of the group is left.
-	time.Sleep(100 * time.Millisecond)
-	if err := syscall.Kill(-pgid, 0); err == nil {
-		t.Fatal("a process of the group survived")
+	// Nothing of the group is left. The orphaned sleep is reaped by init
+	// some time after its SIGKILL (until then it is a zombie that kill(2)
+	// still finds), so wait for that rather than look once.
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(-pgid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a process of the group survived")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if len(groups) != 0 {
 		t.Fatalf("groups %v after remove", groups)
