@@ -385,7 +385,10 @@ func TestAnalyzeMemoryFlat(t *testing.T) {
 	}
 	two, ten := peak(2), peak(10)
 	t.Logf("peak live heap: %.1f MB for %d rows, %.1f MB for %d", float64(two)/(1<<20), 2*n, float64(ten)/(1<<20), 10*n)
-	if ten > two+4<<20 {
+	// Growing with the rows would add some 4x the first peak (~40 MB);
+	// 8 MB leaves room for the sampler on a loaded machine (9.8 -> 13.9
+	// MB was seen there) and still tells the two apart.
+	if ten > two+8<<20 {
 		t.Errorf("live heap grew with rows: %.1f MB, then %.1f MB", float64(two)/(1<<20), float64(ten)/(1<<20))
 	}
 }
