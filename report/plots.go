@@ -578,7 +578,20 @@ func seedsFigure(d *Data) (*figure, error) {
 				return nil, fmt.Errorf("seeds plot, run %s: %w", r.Name, err)
 			}
 			line.Color, line.Width = runColor(g.Index), vg.Points(0.8)
-			p.Add(line)
+			// Markers at the tests: a run with one test has no line.
+			pts := make(plotter.XYs, len(r.Tests))
+			for j, t := range r.Tests {
+				pts[j] = plotter.XY{X: float64(t.Rollouts), Y: t.MeanAtK}
+			}
+			sc, err := plotter.NewScatter(pts)
+			if err != nil {
+				return nil, fmt.Errorf("seeds plot, run %s: %w", r.Name, err)
+			}
+			sc.Shape, sc.Color, sc.Radius = runGlyph(g.Index), runColor(g.Index), vg.Points(2.2)
+			p.Add(line, sc)
+			if mean == nil && len(thumbs) == 0 {
+				thumbs = append(thumbs, line, sc)
+			}
 		}
 		if mean != nil {
 			line, err := plotter.NewLine(mean)
@@ -607,6 +620,6 @@ func seedsFigure(d *Data) (*figure, error) {
 	}
 	yRange(p, 0, math.Min(1, maxY*1.15+0.05+0.045*float64(entries)))
 	p.X.Min = 0
-	f.Caption = "One colour per schedule. Thin lines are single seeds: each run's test mean@k in force (flat from one test to the next), at the rollouts spent before each test. The shaded band spans the lowest to the highest seed where every seed has a score, and the thick line is the seed mean. The dashed vertical line is the equal-spend point, the smallest spend any run reached, where the table's 'at equal spend' column reads every run."
+	f.Caption = "One colour per schedule. Thin lines with markers are single seeds: each run's test mean@k (a marker per test, at the rollouts spent before it; the line holds the score in force until the next test). The shaded band spans the lowest to the highest seed where every seed has a score, and the thick line is the seed mean. The dashed vertical line is the equal-spend point, the smallest spend any run reached, where the table's 'at equal spend' column reads every run."
 	return f, render(p, f, inches(9), inches(5))
 }
