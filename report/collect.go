@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -615,4 +616,18 @@ func firstLine(s string) string {
 		s = s[:157] + "…"
 	}
 	return s
+}
+
+// colorOf is run i's colour index: i, or with a comparison the index of
+// its group, so that tables and plots colour seeds of one schedule alike.
+func (d *Data) colorOf(i int) int {
+	if d.Comparison == nil {
+		return i
+	}
+	for _, g := range d.Comparison.Groups {
+		if slices.Contains(g.Runs, d.Runs[i].Name) {
+			return g.Index
+		}
+	}
+	return i
 }

@@ -428,12 +428,13 @@ func acceptanceFigure(d *Data) (*figure, error) {
 		if err != nil {
 			return nil, fmt.Errorf("acceptance plot, run %s: %w", r.Name, err)
 		}
-		line.Color, line.Width = runColor(i), vg.Points(1.5)
+		ci := d.colorOf(i)
+		line.Color, line.Width = runColor(ci), vg.Points(1.5)
 		sc, err := plotter.NewScatter(pts)
 		if err != nil {
 			return nil, fmt.Errorf("acceptance plot, run %s: %w", r.Name, err)
 		}
-		sc.Shape, sc.Color, sc.Radius = runGlyph(i), runColor(i), vg.Points(3)
+		sc.Shape, sc.Color, sc.Radius = runGlyph(ci), runColor(ci), vg.Points(3)
 		p.Add(line, sc)
 		p.Legend.Add(r.Label, line, sc)
 		entries++

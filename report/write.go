@@ -50,6 +50,10 @@ type view struct {
 	Missing []string
 }
 
+// RunColor is the colour index of run i: its own, or with a comparison
+// its group's, as the seeds plot draws it.
+func (v *view) RunColor(i int) int { return v.colorOf(i) }
+
 // Write renders d into dir (created if needed): index.html, one PNG per
 // plot and report.json. It returns the paths it wrote, index.html first.
 // Each file is written to a temporary name and renamed, so a browser
