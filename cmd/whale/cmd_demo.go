@@ -48,6 +48,14 @@ type demoOptions struct {
 // seeds vary only sampling, the training order and the proposer.
 const demoDataSeed = 1
 
+// The harness iterations of stagewise's harness stage: what whale
+// (fixed) ran at the shipped budget (15 in each of seeds 1-3: 5 rounds of
+// 3) and in the quick demo (4: 2 rounds of 2).
+const (
+	demoStagewiseIterations      = 15
+	demoQuickStagewiseIterations = 4
+)
+
 // demoDefaultSeeds is how many seeds each schedule runs by default.
 const demoDefaultSeeds = 3
 
@@ -211,6 +219,15 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 		for _, seed := range seeds {
 			e := exp.Clone()
 			e.Name, e.Schedule, e.Switch.Mode, e.Seed = demoRunName(v.name, seed), v.schedule, v.mode, seed
+			if v.schedule == spec.ScheduleStagewise {
+				// Stagewise needs the length of its harness stage: the
+				// iterations whale (fixed) runs at this budget, so that
+				// both split the rollouts between the levers alike.
+				e.Budget.HarnessIterations = demoStagewiseIterations
+				if o.Quick {
+					e.Budget.HarnessIterations = demoQuickStagewiseIterations
+				}
+			}
 			e.Description = fmt.Sprintf("whale demo: %s, seed %d", demoLabel(e), seed)
 			if err := initExperiment(ctx, root, e, filepath.Join(inputs, "demo.yaml"), quiet); err != nil {
 				return fmt.Errorf("init %s: %w", e.Name, err)
