@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,9 @@ type Data struct {
 	// WhaleVersion is the version of the whale that wrote the report.
 	WhaleVersion string `json:"whale_version"`
 	Runs         []*Run `json:"runs"`
+	// Comparison sets schedules side by side over seeds (Compare); nil
+	// when the report was not asked to group runs.
+	Comparison *Comparison `json:"comparison,omitempty"`
 }
 
 // Run is one run as its committed artifacts show it.
@@ -46,6 +50,8 @@ type Run struct {
 	// K is the test evaluation's k (mean@k, pass@k).
 	K      int    `json:"k"`
 	Budget Budget `json:"budget"`
+	// Seed is the spec's seed.
+	Seed int64 `json:"seed"`
 
 	// State is StateDone, StateInProgress or StateUnknown; StateNote says
 	// why the run ended, or what it does next.
@@ -277,7 +283,7 @@ func build(name string, frozen *spec.Run, units []pipeline.Unit) (*Run, error) {
 	e := &frozen.Spec
 	r := &Run{
 		Name: name, Description: e.Description, Domain: e.Domain, Schedule: e.Schedule,
-		SpecDigest: frozen.SpecDigest, Created: frozen.Created, CreatedBy: frozen.WhaleVersion, K: e.Eval.K,
+		SpecDigest: frozen.SpecDigest, Created: frozen.Created, CreatedBy: frozen.WhaleVersion, K: e.Eval.K, Seed: e.Seed,
 		Budget: Budget{Rollouts: e.Budget.Rollouts, WeightSteps: e.Budget.WeightSteps, Epochs: e.Budget.Epochs,
 			HarnessIterations: e.Budget.HarnessIterations},
 		Units: []Unit{}, Phases: []Phase{}, Tests: []TestPoint{}, Candidates: []Candidate{},
@@ -610,4 +616,18 @@ func firstLine(s string) string {
 		s = s[:157] + "…"
 	}
 	return s
+}
+
+// colorOf is run i's colour index: i, or with a comparison the index of
+// its group, so that tables and plots colour seeds of one schedule alike.
+func (d *Data) colorOf(i int) int {
+	if d.Comparison == nil {
+		return i
+	}
+	for _, g := range d.Comparison.Groups {
+		if slices.Contains(g.Runs, d.Runs[i].Name) {
+			return g.Index
+		}
+	}
+	return i
 }

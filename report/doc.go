@@ -29,4 +29,14 @@
 //   - report.json is Data as encoding/json writes it: runs in the order
 //     given, each with its units (position, kind, rollouts before and
 //     after, scores), phases, test points and harness candidates.
+//   - Compare (whale demo) groups runs that are seeds of one schedule and
+//     adds Data.Comparison: per group, the mean, sample standard
+//     deviation, minimum and maximum over seeds of the peak and final
+//     test mean@k, of the rollouts spent, and of the score in force (the
+//     newest test at or before) at the smallest spend any compared run
+//     reached, so that a run that stopped short of its budget is also
+//     compared at equal spend; the page says so in words and names such
+//     runs. With a comparison the page opens with its table, and
+//     seeds.png (each seed's curve, the min–max band over seeds and the
+//     seed mean, per schedule) takes the place of accuracy.png.
 package report

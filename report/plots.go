@@ -428,12 +428,13 @@ func acceptanceFigure(d *Data) (*figure, error) {
 		if err != nil {
 			return nil, fmt.Errorf("acceptance plot, run %s: %w", r.Name, err)
 		}
-		line.Color, line.Width = runColor(i), vg.Points(1.5)
+		ci := d.colorOf(i)
+		line.Color, line.Width = runColor(ci), vg.Points(1.5)
 		sc, err := plotter.NewScatter(pts)
 		if err != nil {
 			return nil, fmt.Errorf("acceptance plot, run %s: %w", r.Name, err)
 		}
-		sc.Shape, sc.Color, sc.Radius = runGlyph(i), runColor(i), vg.Points(3)
+		sc.Shape, sc.Color, sc.Radius = runGlyph(ci), runColor(ci), vg.Points(3)
 		p.Add(line, sc)
 		p.Legend.Add(r.Label, line, sc)
 		entries++
@@ -445,4 +446,181 @@ func acceptanceFigure(d *Data) (*figure, error) {
 	yRange(p, 0, math.Min(1.05, maxY*1.15+0.05)+0.06*float64(entries))
 	f.Caption = "The share of a weight step's training rollouts that the filter accepted (reward above rsft.threshold) and so became fine-tuning examples. Steps are numbered across the whole run, weight phases one after the other; a rising rate means the model (and the harness it rolls out with) solves more of the training tasks."
 	return f, render(p, f, inches(9), inches(4.2))
+}
+
+// bandAlpha is the opacity of a seed band: overlapping bands of two
+// schedules stay readable.
+const bandAlpha = 72
+
+// bandColor is group i's band colour: its run colour, translucent.
+func bandColor(i int) color.NRGBA {
+	c := runColor(i)
+	return color.NRGBA{R: c.R, G: c.G, B: c.B, A: bandAlpha}
+}
+
+// stepXYs draws a run's test scores as the score in force: flat from each
+// test to the next, ending at its last test.
+func stepXYs(r *Run) plotter.XYs {
+	var pts plotter.XYs
+	for j, t := range r.Tests {
+		if j > 0 {
+			pts = append(pts, plotter.XY{X: float64(t.Rollouts), Y: r.Tests[j-1].MeanAtK})
+		}
+		pts = append(pts, plotter.XY{X: float64(t.Rollouts), Y: t.MeanAtK})
+	}
+	return pts
+}
+
+// bandXYs is the min–max band over runs of the score in force, from 0 to
+// the smallest last-test spend of the runs (where every run has a score);
+// nil when fewer than two runs have tests.
+func bandXYs(runs []*Run) (band, mean plotter.XYs) {
+	end := int64(-1)
+	var xs []int64
+	for _, r := range runs {
+		if len(r.Tests) == 0 {
+			return nil, nil
+		}
+		last := r.Tests[len(r.Tests)-1].Rollouts
+		if end < 0 || last < end {
+			end = last
+		}
+		for _, t := range r.Tests {
+			xs = append(xs, t.Rollouts)
+		}
+	}
+	if len(runs) < 2 {
+		return nil, nil
+	}
+	slices.Sort(xs)
+	xs = slices.Compact(xs)
+	var grid []int64
+	for _, x := range xs {
+		if x <= end {
+			grid = append(grid, x)
+		}
+	}
+	var upper, lower plotter.XYs
+	for j, x := range grid {
+		next := end
+		if j+1 < len(grid) {
+			next = grid[j+1]
+		}
+		var vals []float64
+		for _, r := range runs {
+			if v := ScoreAt(r, x); !math.IsNaN(v) {
+				vals = append(vals, v)
+			}
+		}
+		if len(vals) == 0 {
+			continue
+		}
+		s := NewStat(vals)
+		upper = append(upper, plotter.XY{X: float64(x), Y: s.Max}, plotter.XY{X: float64(next), Y: s.Max})
+		lower = append(lower, plotter.XY{X: float64(x), Y: s.Min}, plotter.XY{X: float64(next), Y: s.Min})
+		mean = append(mean, plotter.XY{X: float64(x), Y: s.Mean}, plotter.XY{X: float64(next), Y: s.Mean})
+	}
+	if len(upper) == 0 {
+		return nil, nil
+	}
+	slices.Reverse(lower)
+	return append(upper, lower...), mean
+}
+
+// seedsFigure: per schedule, every seed's test curve, the min–max band
+// over seeds and the seed mean; the equal-spend line.
+func seedsFigure(d *Data) (*figure, error) {
+	c := d.Comparison
+	if c == nil {
+		return nil, nil
+	}
+	f := &figure{File: "seeds.png", Title: "Test accuracy against rollouts, over seeds",
+		Alt: "per schedule: a thin line per seed, a shaded band from the lowest to the highest seed, and a thick line for the seed mean, of test mean@k against cumulative rollouts"}
+	byName := map[string]*Run{}
+	for _, r := range d.Runs {
+		byName[r.Name] = r
+	}
+	k, maxY, found := 0, 0.0, false
+	for _, r := range d.Runs {
+		for _, t := range r.Tests {
+			k, maxY, found = t.K, max(maxY, t.MeanAtK), true
+		}
+	}
+	if !found {
+		return nil, nil
+	}
+	p := newPlot("", "rollouts (weight steps + harness search; tests not counted)", fmt.Sprintf("test mean@%d", k))
+	p.X.Tick.Marker = countTicks
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(6), vg.Points(-4)
+	entries := 0
+	for _, g := range c.Groups {
+		runs := make([]*Run, len(g.Runs))
+		for j, n := range g.Runs {
+			runs[j] = byName[n]
+		}
+		band, mean := bandXYs(runs)
+		var thumbs []plot.Thumbnailer
+		if band != nil {
+			poly, err := plotter.NewPolygon(band)
+			if err != nil {
+				return nil, fmt.Errorf("seeds plot, %s: %w", g.Name, err)
+			}
+			poly.Color, poly.LineStyle.Width = bandColor(g.Index), 0
+			p.Add(poly)
+			thumbs = append(thumbs, poly)
+		}
+		for _, r := range runs {
+			if len(r.Tests) == 0 {
+				continue
+			}
+			line, err := plotter.NewLine(stepXYs(r))
+			if err != nil {
+				return nil, fmt.Errorf("seeds plot, run %s: %w", r.Name, err)
+			}
+			line.Color, line.Width = runColor(g.Index), vg.Points(0.8)
+			// Markers at the tests: a run with one test has no line.
+			pts := make(plotter.XYs, len(r.Tests))
+			for j, t := range r.Tests {
+				pts[j] = plotter.XY{X: float64(t.Rollouts), Y: t.MeanAtK}
+			}
+			sc, err := plotter.NewScatter(pts)
+			if err != nil {
+				return nil, fmt.Errorf("seeds plot, run %s: %w", r.Name, err)
+			}
+			sc.Shape, sc.Color, sc.Radius = runGlyph(g.Index), runColor(g.Index), vg.Points(2.2)
+			p.Add(line, sc)
+			if mean == nil && len(thumbs) == 0 {
+				thumbs = append(thumbs, line, sc)
+			}
+		}
+		if mean != nil {
+			line, err := plotter.NewLine(mean)
+			if err != nil {
+				return nil, fmt.Errorf("seeds plot, %s: %w", g.Name, err)
+			}
+			line.Color, line.Width = runColor(g.Index), vg.Points(2.4)
+			p.Add(line)
+			thumbs = append(thumbs, line)
+		}
+		if len(thumbs) > 0 {
+			p.Legend.Add(fmt.Sprintf("%s, %d seeds", g.Label, len(runs)), thumbs...)
+			entries++
+		}
+	}
+	if c.EqualSpend > 0 {
+		top := math.Min(1, maxY*1.15+0.05)
+		eq, err := plotter.NewLine(plotter.XYs{{X: float64(c.EqualSpend), Y: 0}, {X: float64(c.EqualSpend), Y: top}})
+		if err != nil {
+			return nil, err
+		}
+		eq.Color, eq.Width, eq.Dashes = testColor, vg.Points(1), []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(eq)
+		p.Legend.Add(fmt.Sprintf("equal spend: %s rollouts", compact(float64(c.EqualSpend))), eq)
+		entries++
+	}
+	yRange(p, 0, math.Min(1, maxY*1.15+0.05+0.045*float64(entries)))
+	p.X.Min = 0
+	f.Caption = "One colour per schedule. Thin lines with markers are single seeds: each run's test mean@k (a marker per test, at the rollouts spent before it; the line holds the score in force until the next test). The shaded band spans the lowest to the highest seed where every seed has a score, and the thick line is the seed mean. The dashed vertical line is the equal-spend point, the smallest spend any run reached, where the table's 'at equal spend' column reads every run."
+	return f, render(p, f, inches(9), inches(5))
 }

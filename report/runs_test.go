@@ -124,11 +124,18 @@ var (
 	demoDir   string
 	demoErr   error
 	demoNames = []string{"demo-whale", "demo-weights", "demo-harness", "demo-partial"}
+	// seedGroups compares the demo runs over seeds.
+	seedGroups = []GroupSpec{
+		{Name: "whale", Runs: []string{"demo-whale", "demo-whale-s2"}},
+		{Name: "weights", Runs: []string{"demo-weights", "demo-weights-s2"}},
+		{Name: "harness", Runs: []string{"demo-harness"}},
+	}
 )
 
 // demoBucket returns the URL of a bucket holding four real demo runs: a
 // whale run (fixed switch), a weights-only run, a harness-only run and a
-// whale run stopped in its second weight step.
+// whale run stopped in its second weight step; and the first two again
+// with seed 2 (demo-whale-s2, demo-weights-s2), for seedGroups.
 func demoBucket(t *testing.T) string {
 	t.Helper()
 	demoOnce.Do(func() {
@@ -160,6 +167,13 @@ budget: {rollouts: 300}
 		runDemo(rec, s, demoSpec(rec, "demo-weights", "schedule: weights-only\nswitch: {mode: fixed, fixed: {epochs: 0.5}}\nbudget: {rollouts: 200}\n"), -1)
 		runDemo(rec, s, demoSpec(rec, "demo-harness", "schedule: harness-only\nbudget: {rollouts: 200, harness_iterations: 4}\n"), -1)
 		runDemo(rec, s, demoSpec(rec, "demo-partial", "schedule: whale\nswitch: {mode: fixed, fixed: {epochs: 0.5, iterations: 2}}\nbudget: {rollouts: 300}\n"), 5)
+		// Second seeds of two schedules, for the comparison over seeds.
+		runDemo(rec, s, demoSpec(rec, "demo-whale-s2", `schedule: whale
+switch: {mode: fixed, fixed: {epochs: 0.5, iterations: 3}}
+budget: {rollouts: 300}
+seed: 2
+`), -1)
+		runDemo(rec, s, demoSpec(rec, "demo-weights-s2", "schedule: weights-only\nswitch: {mode: fixed, fixed: {epochs: 0.5}}\nbudget: {rollouts: 200}\nseed: 2\n"), -1)
 	})
 	if demoErr != nil {
 		t.Fatalf("building the demo runs: %v", demoErr)

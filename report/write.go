@@ -32,6 +32,14 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"when":    when,
 	"color":   func(i int) template.CSS { return template.CSS("background:" + hexColor(runColor(i))) },
 	"join":    strings.Join,
+	"stat":    stat,
+	"spread":  spread,
+	"countf": func(v float64) string {
+		if math.IsNaN(v) {
+			return "–"
+		}
+		return count(int64(math.Round(v)))
+	},
 }).Parse(pageSource))
 
 // view is what the template renders.
@@ -41,6 +49,10 @@ type view struct {
 	// Missing says which plots have nothing to show, and why.
 	Missing []string
 }
+
+// RunColor is the colour index of run i: its own, or with a comparison
+// its group's, as the seeds plot draws it.
+func (v *view) RunColor(i int) int { return v.colorOf(i) }
 
 // Write renders d into dir (created if needed): index.html, one PNG per
 // plot and report.json. It returns the paths it wrote, index.html first.
@@ -62,7 +74,13 @@ func Write(ctx context.Context, d *Data, dir string) ([]string, error) {
 		}
 		return ctx.Err()
 	}
-	f, err := accuracyFigure(d)
+	// Over seeds, the band figure replaces the per-run curves: it draws
+	// every run's curve too, coloured by schedule.
+	accuracy := accuracyFigure
+	if d.Comparison != nil {
+		accuracy = seedsFigure
+	}
+	f, err := accuracy(d)
 	if err := add(f, err, missingAccuracy); err != nil {
 		return nil, err
 	}
@@ -236,4 +254,27 @@ func when(v any) string {
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
 	return "–"
+}
+
+// stat writes a score over seeds: mean ± std.
+func stat(s Stat) string {
+	if s.N == 0 {
+		return "–"
+	}
+	if s.N == 1 {
+		return f3(s.Mean)
+	}
+	return f3(s.Mean) + " ± " + f3(s.Std)
+}
+
+// spread writes the range over seeds: [min–max], with counts for
+// rollouts.
+func spread(s Stat, counts bool) string {
+	if s.N < 2 {
+		return ""
+	}
+	if counts {
+		return "[" + count(int64(s.Min)) + "–" + count(int64(s.Max)) + "]"
+	}
+	return "[" + f3(s.Min) + "–" + f3(s.Max) + "]"
 }

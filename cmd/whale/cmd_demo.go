@@ -9,7 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -30,7 +34,30 @@ type demoOptions struct {
 	Budget int64
 	// Quick shrinks the experiment to seconds, for tests and a first look.
 	Quick bool
+	// Seeds are the spec seeds each schedule runs with (none: 1, 2, 3).
+	Seeds []int64
+	// AllSchedules adds stagewise and FST to the four default schedules.
+	AllSchedules bool
+	// Parallel is how many runs go at once (0: GOMAXPROCS).
+	Parallel int
 }
+
+// demoDataSeed orders the imported task files. It is fixed, not a run's
+// seed: every run, whatever its seed, sees the same split and the same
+// search subset (the first search_set_size tasks of the file), so that
+// seeds vary only sampling, the training order and the proposer.
+const demoDataSeed = 1
+
+// The harness iterations of stagewise's harness stage: what whale
+// (fixed) ran at the shipped budget (15 in each of seeds 1-3: 5 rounds of
+// 3) and in the quick demo (4: 2 rounds of 2).
+const (
+	demoStagewiseIterations      = 15
+	demoQuickStagewiseIterations = 4
+)
+
+// demoDefaultSeeds is how many seeds each schedule runs by default.
+const demoDefaultSeeds = 3
 
 // demoVariant is one schedule of the comparison; everything else is the
 // shipped demo.yaml.
@@ -45,6 +72,58 @@ var demoVariants = []demoVariant{
 	{"demo-harness-only", spec.ScheduleHarnessOnly, spec.SwitchFixed},
 }
 
+// demoExtraVariants run with --all-schedules: the paper's other baselines.
+var demoExtraVariants = []demoVariant{
+	{"demo-stagewise", spec.ScheduleStagewise, spec.SwitchFixed},
+	{"demo-fst", spec.ScheduleFST, spec.SwitchFixed},
+}
+
+// demoRunName names one seed of a variant.
+func demoRunName(variant string, seed int64) string { return fmt.Sprintf("%s-s%d", variant, seed) }
+
+// parseSeeds reads --seeds: a count N (seeds 1..N) or a comma-separated
+// list of seeds ("1,4,9"; one seed alone is written "7,").
+func parseSeeds(v string) ([]int64, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return seedRange(demoDefaultSeeds), nil
+	}
+	if !strings.Contains(v, ",") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return nil, fmt.Errorf("--seeds %q: want a count from 1 to 100, or a comma-separated list of seeds such as 1,4,9", v)
+		}
+		return seedRange(n), nil
+	}
+	var out []int64
+	for f := range strings.SplitSeq(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--seeds %q: %q is not a seed: want positive integers separated by commas", v, f)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("--seeds %q: seed %d is listed twice", v, n)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--seeds %q: no seed given", v)
+	}
+	return out, nil
+}
+
+func seedRange(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i + 1)
+	}
+	return out
+}
+
 func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
@@ -52,11 +131,17 @@ func demoCommand() *cli.Command {
 		Description: `Creates a local bucket in --dir, imports the demo domain's tasks (single-digit
 arithmetic: train, search and held-out test splits), writes the committed
 starting checkpoint and the experiment (jobs/examples/demo.yaml) next to it,
-and runs the experiment four times at the same rollout budget: whale with
-the fixed switch, whale with the patience switch, weights-only and
-harness-only. Every run samples from the built-in model, fine-tunes it on
-CPU, searches harnesses with the mutate proposer and scores mean@8 on the
-test split after each phase. Then it writes an HTML report to DIR/report.
+and runs the experiment under four schedules at the same rollout budget:
+whale with the fixed switch, whale with the patience switch, weights-only
+and harness-only (--all-schedules adds stagewise and FST), each once per
+seed (--seeds: 3 by default). The seed changes sampling, the order of the
+training tasks and the proposer's choices; the data split stays the same.
+Every run samples from the built-in model, fine-tunes it on CPU, searches
+harnesses with the mutate proposer and scores mean@8 on the test split
+after each phase. Then it writes an HTML report to DIR/report and prints
+each schedule's mean and spread over seeds: peak and final test mean@8,
+the score at equal spend (the smallest spend any run reached) and the
+rollouts spent.
 
 Logs go to DIR/logs/demo.log. Running it again resumes or, when finished,
 changes nothing: every stage is committed once.`,
@@ -64,6 +149,9 @@ changes nothing: every stage is committed once.`,
 			&cli.StringFlag{Name: "dir", Value: "demo-bucket", Usage: "`DIR` for the local bucket, the inputs, the logs and the report"},
 			&cli.Int64Flag{Name: "budget", Usage: "budget.rollouts of every run (default: the example's)"},
 			&cli.BoolFlag{Name: "quick", Usage: "a small version that runs in seconds (smaller batches, search and test sets)"},
+			&cli.StringFlag{Name: "seeds", Value: strconv.Itoa(demoDefaultSeeds), Usage: "`N` seeds (1..N) per schedule, or a comma-separated list of seeds (1,4,9; one seed alone: 7,)"},
+			&cli.BoolFlag{Name: "all-schedules", Usage: "also run stagewise and FST"},
+			&cli.IntFlag{Name: "parallel", Usage: "how many runs go at once (default: GOMAXPROCS, the usable cores)"},
 		},
 		Action: action(func(c *cli.Context, args []string) error {
 			if len(args) != 0 {
@@ -72,7 +160,15 @@ changes nothing: every stage is committed once.`,
 			if c.Int64("budget") < 0 {
 				return usagef("--budget %d: want a positive number of rollouts", c.Int64("budget"))
 			}
-			return runDemo(c.Context, demoOptions{Dir: c.String("dir"), Budget: c.Int64("budget"), Quick: c.Bool("quick")}, c.App.Writer)
+			seeds, err := parseSeeds(c.String("seeds"))
+			if err != nil {
+				return usageError{err}
+			}
+			if c.Int("parallel") < 0 {
+				return usagef("--parallel %d: want a positive number of runs", c.Int("parallel"))
+			}
+			return runDemo(c.Context, demoOptions{Dir: c.String("dir"), Budget: c.Int64("budget"), Quick: c.Bool("quick"),
+				Seeds: seeds, AllSchedules: c.Bool("all-schedules"), Parallel: c.Int("parallel")}, c.App.Writer)
 		}),
 	}
 }
@@ -96,7 +192,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	paths, err := demo.WriteDatasets(inputs, uint64(exp.Seed))
+	paths, err := demo.WriteDatasets(inputs, demoDataSeed)
 	if err != nil {
 		return err
 	}
@@ -108,17 +204,46 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "tasks: %d train, %d search, %d test (%s)\n",
 		demo.SplitSize(demo.SplitTrain), min(exp.Harness.SearchSetSize, demo.SplitSize(demo.SplitSearch)), demo.SplitSize(demo.SplitTest), inputs)
-	var names []string
-	for _, v := range demoVariants {
-		e := exp.Clone()
-		e.Name, e.Schedule, e.Switch.Mode = v.name, v.schedule, v.mode
-		e.Description = fmt.Sprintf("whale demo: %s", demoLabel(e))
-		if err := initExperiment(ctx, root, e, filepath.Join(inputs, "demo.yaml"), quiet); err != nil {
-			return fmt.Errorf("init %s: %w", v.name, err)
-		}
-		names = append(names, v.name)
+	seeds := o.Seeds
+	if len(seeds) == 0 {
+		seeds = seedRange(demoDefaultSeeds)
 	}
-	fmt.Fprintf(out, "runs: %d at budget.rollouts %d each; logs in %s\n\n", len(names), exp.Budget.Rollouts, filepath.Join(logs, "demo.log"))
+	variants := demoVariants
+	if o.AllSchedules {
+		variants = append(slices.Clone(demoVariants), demoExtraVariants...)
+	}
+	var names []string
+	var groups []report.GroupSpec
+	for _, v := range variants {
+		g := report.GroupSpec{Name: v.name}
+		for _, seed := range seeds {
+			e := exp.Clone()
+			e.Name, e.Schedule, e.Switch.Mode, e.Seed = demoRunName(v.name, seed), v.schedule, v.mode, seed
+			if v.schedule == spec.ScheduleStagewise {
+				// Stagewise needs the length of its harness stage: the
+				// iterations whale (fixed) runs at this budget, so that
+				// both split the rollouts between the levers alike.
+				e.Budget.HarnessIterations = demoStagewiseIterations
+				if o.Quick {
+					e.Budget.HarnessIterations = demoQuickStagewiseIterations
+				}
+			}
+			e.Description = fmt.Sprintf("whale demo: %s, seed %d", demoLabel(e), seed)
+			if err := initExperiment(ctx, root, e, filepath.Join(inputs, "demo.yaml"), quiet); err != nil {
+				return fmt.Errorf("init %s: %w", e.Name, err)
+			}
+			names = append(names, e.Name)
+			g.Runs = append(g.Runs, e.Name)
+		}
+		groups = append(groups, g)
+	}
+	parallel := o.Parallel
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	parallel = min(parallel, len(names))
+	fmt.Fprintf(out, "runs: %d schedules × %d seeds (%s) at budget.rollouts %d each, %d at a time; logs in %s\n\n",
+		len(variants), len(seeds), joinSeeds(seeds), exp.Budget.Rollouts, parallel, filepath.Join(logs, "demo.log"))
 
 	logFile, err := os.OpenFile(filepath.Join(logs, "demo.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -137,23 +262,93 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	for i, n := range names {
 		rows[i] = board.Add(n, exp.Budget.Rollouts)
 	}
-	for i, n := range names {
-		if err := demoRun(ctx, root, n, rows[i], board.Drawing(), logFile, out); err != nil {
-			board.Close()
-			return err
-		}
+	// Runs are independent (each has its own folder, lease and model
+	// server), so up to parallel of them go at once; the model's batches
+	// and gradient sums are the same whatever runs beside them, so the
+	// numbers do not depend on it. The first failure stops the others.
+	if err := demoRunAll(ctx, root, names, rows, parallel, board.Drawing(), logFile, &lockedWriter{w: out}); err != nil {
+		board.Close()
+		return err
 	}
 	board.Close()
 
 	fmt.Fprintln(out)
-	d, err := writeReport(ctx, reportOptions{Root: root, Runs: names, Out: filepath.Join(dir, "report")}, quiet)
+	d, err := writeReport(ctx, reportOptions{Root: root, Runs: names, Out: filepath.Join(dir, "report"), Groups: groups}, quiet)
 	if err != nil {
 		return err
 	}
-	// The table is the report's own reading of the artifacts, so a rerun of
-	// a finished demo shows the numbers of the run that made them.
+	// The tables are the report's own reading of the artifacts, so a rerun
+	// of a finished demo shows the numbers of the runs that made them.
+	if err := demoRunTable(out, d, exp.Eval.K); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	if err := demoCompareTable(out, d.Comparison, exp.Eval.K); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "\n%s\n", filepath.Join(dir, "report", report.IndexName))
+	return err
+}
+
+func joinSeeds(seeds []int64) string {
+	s := make([]string, len(seeds))
+	for i, v := range seeds {
+		s[i] = strconv.FormatInt(v, 10)
+	}
+	return strings.Join(s, ", ")
+}
+
+// lockedWriter serialises the lines of runs that go at once.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// demoRunAll runs names[i] on rows[i], parallel at a time, in order.
+func demoRunAll(ctx context.Context, root string, names []string, rows []*progress.Row, parallel int, drawing bool, logFile, out io.Writer) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i, n := range names {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := demoRun(ctx, root, n, rows[i], drawing, logFile, out); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+					cancel(err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+// demoRunTable prints one line per run.
+func demoRunTable(out io.Writer, d *report.Data, k int) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "run\tschedule\trollouts\ttests\tfinal mean@%d\tpeak (at)\twall\n", exp.Eval.K)
+	fmt.Fprintf(tw, "run\tschedule\tseed\trollouts\ttests\tfinal mean@%d\tpeak (at)\twall\n", k)
 	for _, r := range d.Runs {
 		final, peak := "-", "-"
 		if r.Final != nil {
@@ -167,12 +362,36 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 		if r.Switch != "" {
 			schedule += " (" + r.Switch + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Name, schedule, r.Rollouts, len(r.Tests), final, peak, wall)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.Name, schedule, r.Seed, r.Rollouts, len(r.Tests), final, peak, wall)
+	}
+	return tw.Flush()
+}
+
+// demoCompareTable prints each schedule's mean ± std [min–max] over seeds,
+// and the report's note on reading them.
+func demoCompareTable(out io.Writer, c *report.Comparison, k int) error {
+	if c == nil {
+		return nil
+	}
+	st := func(s report.Stat, format string) string {
+		if s.N == 0 {
+			return "-"
+		}
+		v := fmt.Sprintf(format, s.Mean)
+		if s.N > 1 {
+			v += fmt.Sprintf(" ± "+format+" ["+format+"–"+format+"]", s.Std, s.Min, s.Max)
+		}
+		return v
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "schedule\tseeds\tpeak mean@%d\tfinal mean@%d\tat %d rollouts\trollouts spent\n", k, k, c.EqualSpend)
+	for _, g := range c.Groups {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", g.Label, len(g.Runs), st(g.Peak, "%.3f"), st(g.Final, "%.3f"), st(g.AtEqualSpend, "%.3f"), st(g.Rollouts, "%.0f"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "\n%s\n", filepath.Join(dir, "report", report.IndexName))
+	_, err := fmt.Fprintf(out, "\n%s\n", c.Note)
 	return err
 }
 

@@ -17,6 +17,8 @@ type reportOptions struct {
 	Root string
 	Runs []string
 	Out  string // folder for index.html, the plots and report.json
+	// Groups, when set, compares runs as seeds of schedules (whale demo).
+	Groups []report.GroupSpec
 }
 
 func reportCommand() *cli.Command {
@@ -85,6 +87,11 @@ func writeReport(ctx context.Context, o reportOptions, out io.Writer) (*report.D
 	d, err := report.Collect(ctx, store, o.Runs)
 	if err != nil {
 		return nil, err
+	}
+	if len(o.Groups) > 0 {
+		if err := report.Compare(d, o.Groups); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := filepath.Abs(o.Out)
 	if err != nil {

@@ -157,7 +157,7 @@ func TestREADMECommands(t *testing.T) {
 		{"whale report RUN... [--out DIR]", []string{"chess-whale", reportDir}, []string{"--root", root},
 			exitOK, []string{filepath.Join(reportDir, "index.html")}},
 		// A negative budget is refused before the demo starts.
-		{"whale demo [--dir DIR] [--quick] [--budget N]", []string{filepath.Join(dir, "demo"), "-1"}, nil,
+		{"whale demo [--dir DIR] [--quick] [--budget N] [--seeds N] [--all-schedules]", []string{filepath.Join(dir, "demo"), "-1", "2"}, nil,
 			exitUsage, []string{"--budget -1"}},
 		{"whale local serve --checkpoint FILE", []string{filepath.Join(dir, "missing.wlm")}, nil,
 			exitUsage, []string{"--checkpoint " + filepath.Join(dir, "missing.wlm")}},
