@@ -74,7 +74,9 @@ func (w *logWriter) pump(final bool) {
 	for !w.headDone {
 		end := w.off + int64(len(w.buf))
 		switch {
-		case end > w.limit && (final || end >= w.limit+int64(long)):
+		// The output passed the limit (buf stops Longest bytes past it,
+		// at the limit itself when no secret is known).
+		case w.tail.total > w.limit && (final || end >= w.limit+int64(long)):
 			q := safeCut(w.buf, int(w.limit-w.off), w.sc)
 			w.emit(w.buf[:q])
 			w.off += int64(q)
@@ -134,8 +136,13 @@ func (w *logWriter) lastLine() string {
 	return w.sc.Text(lastOutputLine(b))
 }
 
+// cutSeparators end a piece of a long line: redact.Text's matches (a
+// URL, a key=value parameter) never hold one of them.
+const cutSeparators = " \t\"'"
+
 // safeCut returns where a piece of b that should end at q may end: at or
 // before q, after a newline in the 4 KiB before q where there is one,
+// else after the last space or quote before q (0 when there is none),
 // and never inside an occurrence of a secret value. b must hold the
 // Longest()-1 bytes after q, or end where the stream ends.
 func safeCut(b []byte, q int, sc *redact.Scrubber) int {
@@ -143,6 +150,12 @@ func safeCut(b []byte, q int, sc *redact.Scrubber) int {
 	lo := max(0, q-4096)
 	if i := bytes.LastIndexByte(b[lo:q], '\n'); i >= 0 {
 		q = lo + i + 1
+	} else {
+		// A long line (an agent's JSON stream): cut after a space or a
+		// quote, which no URL or key=value match of redact.Text holds,
+		// so neither piece keeps half of one that redact.Text misses;
+		// with none before q, nothing of b goes in this piece.
+		q = bytes.LastIndexAny(b[:q], cutSeparators) + 1
 	}
 	long := sc.Longest()
 	if long == 0 {
@@ -183,6 +196,10 @@ func safeStart(b []byte, sc *redact.Scrubber) int {
 	s := min(long, len(b))
 	if i := bytes.IndexByte(b[s:min(len(b), s+4096)], '\n'); i >= 0 {
 		s += i + 1
+	} else if i := bytes.IndexAny(b[s:], cutSeparators); i >= 0 {
+		s += i + 1 // as in safeCut
+	} else {
+		s = len(b) // one token to the end: none of it is kept
 	}
 	if long == 0 {
 		return s

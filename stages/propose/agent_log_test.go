@@ -149,3 +149,37 @@ func TestSafeCut(t *testing.T) {
 		t.Fatalf("cut %d, want after the newline", c)
 	}
 }
+
+// A URL parameter whose value whale does not know (not in its
+// environment) on a line of hundreds of KiB, the shape of an agent's JSON
+// stream: wherever the writes and the head/tail cut fall, no piece keeps
+// a part of the value that redact.Text would no longer recognise.
+func TestLogWriterLongLinesKeepURLsWhole(t *testing.T) {
+	const value = "Zq9SeCrEtVaLuE0123456789"
+	sc := redact.Secrets(nil)
+	var line strings.Builder
+	for i := 0; line.Len() < 200<<10; i++ {
+		fmt.Fprintf(&line, `{"type":"tool","n":%d,"text":"fetch https://api.example.com/v1?api_key=%s&x=%d done"} `, i, value, i)
+	}
+	all := []byte(line.String() + "\n")
+	for _, chunk := range []int{32 << 10, 4093, 65 << 10} {
+		for off := range 20 {
+			limit := int64(64<<10 + off*131)
+			var out bytes.Buffer
+			w := newLogWriter(&out, sc, limit)
+			w.Write(all[:off*97])
+			for p := range slices.Chunk(all[off*97:], chunk) {
+				w.Write(p)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got := out.String()
+			for i := 0; i+6 <= len(value); i++ {
+				if strings.Contains(got, value[i:i+6]) {
+					t.Fatalf("chunk %d, offset %d: %q of the value shows", chunk, off, value[i:i+6])
+				}
+			}
+		}
+	}
+}
