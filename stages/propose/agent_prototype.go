@@ -138,7 +138,13 @@ type prototyper struct {
 	seen     map[string]bool
 	used     int // episodes played
 	requests int // requests answered
+	ignored  int // entries that were not request folders
 }
+
+// prototypeSeen bounds the names the stage remembers, and so the entries
+// of prototype/requests it looks at: an agent that creates names without
+// end costs it neither memory nor log lines past this.
+const prototypeSeen = prototypeRequests + prototypeScan
 
 // serve answers requests until ctx ends (the agent has ended).
 func (p *prototyper) serve(ctx context.Context) {
@@ -165,6 +171,13 @@ func (p *prototyper) poll(ctx context.Context) {
 		if strings.HasPrefix(name, ".") || p.seen[name] || ctx.Err() != nil {
 			continue
 		}
+		if len(p.seen) >= prototypeSeen {
+			if len(p.seen) == prototypeSeen {
+				p.log.Warn("prototype/requests holds too many entries: no further ones are looked at", "limit", prototypeSeen)
+				p.seen[""] = true // said once
+			}
+			return
+		}
 		p.seen[name] = true
 		p.handle(ctx, name)
 	}
@@ -175,7 +188,11 @@ func (p *prototyper) poll(ctx context.Context) {
 func (p *prototyper) handle(ctx context.Context, name string) {
 	dir, err := openAt(p.reqs, name, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		p.log.Warn("prototype request is not a folder: ignored", "name", name)
+		// A few lines say what was ignored; an agent making files
+		// without end does not fill whale's log.
+		if p.ignored++; p.ignored <= 10 {
+			p.log.Warn("prototype request is not a folder: ignored", "name", name, "ignored_so_far", p.ignored)
+		}
 		return
 	}
 	defer dir.Close()
