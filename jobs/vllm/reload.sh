@@ -49,9 +49,17 @@ store=${WHALE_VLLM_STORE:-$state/checkpoints}
 timeout=${WHALE_VLLM_TIMEOUT:-1800}
 [ -d "$state" ] || fail "WHALE_VLLM_STATE $state is not a directory"
 [ -f "$ckpt/config.json" ] || fail "$ckpt has no config.json: the trainer must save a Hugging Face checkpoint to \$WHALE_OUTPUT_DIR"
+poll=${WHALE_VLLM_POLL:-2}
+case $timeout in
+'' | *[!0-9]*) fail "WHALE_VLLM_TIMEOUT is $timeout: seconds, a whole number (e.g. 1800)" ;;
+esac
+case $poll in
+'' | .* | *. | *[!0-9.]* | *.*.*) fail "WHALE_VLLM_POLL is $poll: seconds, a number (e.g. 2 or 0.5)" ;;
+esac
+# The id is matched in the servers' JSON as it is written: characters
+# JSON escapes (quotes, backslashes, control characters) would never match.
 case $id in
-*'
-'*) fail "WHALE_MODEL_ID holds a newline" ;;
+*[!A-Za-z0-9._@/:+-]*) fail "WHALE_MODEL_ID $id: only letters, digits and . _ @ / : + - can be matched in /v1/models" ;;
 esac
 
 # The servers load the checkpoint from a directory of their own: whale's
@@ -82,6 +90,7 @@ models() {
 }
 
 start=$(date +%s)
+set -f # the endpoints are split on spaces, never globbed
 for ep in $WHALE_VLLM_ENDPOINTS; do
   ep=${ep%/}
   case $ep in
@@ -96,10 +105,11 @@ for ep in $WHALE_VLLM_ENDPOINTS; do
     if [ $(($(date +%s) - start)) -ge "$timeout" ]; then
       fail "$ep does not serve $dest as $id after ${timeout}s (it answered: ${seen:-nothing}); see the log of its serve.sh"
     fi
-    sleep "${WHALE_VLLM_POLL:-2}"
+    sleep "$poll"
   done
   echo "whale reload.sh: $ep serves $id"
 done
+set +f
 
 # Earlier checkpoints of this run are no longer served; the bucket holds
 # them all.

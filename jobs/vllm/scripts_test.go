@@ -285,6 +285,9 @@ func TestReloadScriptRefusesBadEnvironment(t *testing.T) {
 		{"state missing", "WHALE_VLLM_STATE", filepath.Join(state, "nope"), "is not a directory"},
 		{"not run by whale", "WHALE_MODEL_ID", "", "WHALE_MODEL_ID is not set: whale's finetune stage sets it"},
 		{"not a checkpoint", "WHALE_CHECKPOINT_DIR", t.TempDir(), "has no config.json"},
+		{"timeout with a unit", "WHALE_VLLM_TIMEOUT", "30m", "WHALE_VLLM_TIMEOUT is 30m: seconds, a whole number"},
+		{"poll with a unit", "WHALE_VLLM_POLL", "2s", "WHALE_VLLM_POLL is 2s: seconds"},
+		{"id JSON escapes", "WHALE_MODEL_ID", `m"x@exp/r001-w01`, "only letters, digits and"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

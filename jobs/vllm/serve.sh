@@ -12,7 +12,9 @@
 #                checkpoint directory (model.checkpoint of the experiment)
 #   SERVED_NAME  its name before the first reload (model.name)
 #   options      passed to `vllm serve` as they are (--port, --host,
-#                --tensor-parallel-size, --api-key, ...)
+#                --tensor-parallel-size, ...). For a key, export
+#                VLLM_API_KEY (vllm serve reads it) rather than pass
+#                --api-key, which any user of the node sees in ps.
 #
 # STATE_DIR/current holds three lines: the checkpoint directory, the model
 # id to serve it under (--served-model-name) and a tag that is new for
