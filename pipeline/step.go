@@ -363,7 +363,7 @@ func (r *Runner) stageImpl(name string) (stages.Stage, error) {
 		// The agent's sandbox hides a file:// root's directory and whale's
 		// caches and work folders.
 		return &propose.Stage{Domain: rt.Domain, LLM: rt.Proposer, Log: r.Log, Sources: propose.StoreSources(r.Store),
-			RootDir: propose.StoreDir(r.Store), Hide: []string{rt.CacheDir, rt.WorkDir}}, nil
+			RootDir: propose.StoreDir(r.Store), Hide: []string{rt.CacheDir, rt.WorkDir}, SecretEnv: r.keyVars()}, nil
 	case StageEvaluate:
 		return r.evaluateImpl(), nil
 	}
@@ -450,4 +450,17 @@ func (r *Runner) RunStage(ctx context.Context, name, position string, force bool
 		r.record(lctx, ledger.Entry{Kind: ledger.KindStage, Position: position, Stage: name, Folder: res.Folder, Summary: res.Manifest.Summary})
 	}
 	return &StepResult{Plan: p, Result: res}, nil
+}
+
+// keyVars are the variables the experiment names for its keys, whatever
+// their names: the agent proposer scrubs their values as secrets.
+func (r *Runner) keyVars() []string {
+	e := r.Spec
+	var out []string
+	for _, v := range append([]string{e.Model.APIKeyEnv, e.Harness.LLM.APIKeyEnv, e.Tools.RetrieverAPIKeyEnv}, e.Harness.Agent.Env...) {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

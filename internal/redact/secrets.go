@@ -61,12 +61,14 @@ type Scrubber struct {
 // Secrets returns the Scrubber of env, variables in os.Environ's
 // "NAME=value" form: it removes the value of every variable whose name
 // SecretName accepts and whose value has MinSecretLen bytes or more.
-// A value is removed wherever it appears, under any name.
-func Secrets(env []string) *Scrubber {
+// A value is removed wherever it appears, under any name. names are
+// variables that hold credentials whatever SecretName says of them: the
+// ones an experiment names for its keys (model.api_key_env: LLM_BEARER).
+func Secrets(env []string, names ...string) *Scrubber {
 	s := &Scrubber{}
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
-		if !ok || len(value) < MinSecretLen || !SecretName(name) {
+		if !ok || len(value) < MinSecretLen || !(SecretName(name) || slices.Contains(names, name)) {
 			continue
 		}
 		if !slices.Contains(s.values, value) {

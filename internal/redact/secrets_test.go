@@ -48,6 +48,14 @@ func TestSecrets(t *testing.T) {
 	if s := Secrets(nil); s.Longest() != 0 || s.Text("plain") != "plain" {
 		t.Error("empty environment")
 	}
+	// A variable named as a key holder is secret whatever its name.
+	env := []string{"LLM_BEARER=bearer-0123456789"}
+	if got := Secrets(env, "LLM_BEARER").Text("auth bearer-0123456789 x"); got != "auth REDACTED x" {
+		t.Errorf("a named key variable: %q", got)
+	}
+	if got := Secrets(env, "OTHER").Text("auth bearer-0123456789 x"); got != "auth bearer-0123456789 x" {
+		t.Errorf("an unnamed, harmless-looking variable: %q", got)
+	}
 	if strings.Contains(Secrets([]string{"X_KEY=value=with=equals"}).Text("a value=with=equals b"), "value=with") {
 		t.Error("a value with '=' is kept whole")
 	}

@@ -86,7 +86,7 @@ func (s *Stage) agent(ctx context.Context, x *stages.Exec, in *input) (outcome, 
 			}
 		}()
 	}
-	sc := redact.Secrets(os.Environ())
+	sc := redact.Secrets(os.Environ(), s.SecretEnv...)
 	ws, home, tmp := filepath.Join(root, "workspace"), filepath.Join(root, "home"), filepath.Join(root, "tmp")
 	dirs := candidateDirs(in.arch, in.parent.ID(), string(in.parent.Source()))
 	if err := writeWorkspace(ws, in, dirs); err != nil {

@@ -163,6 +163,11 @@ type Stage struct {
 	// Hide are more folders the agent's sandbox hides (whale's caches);
 	// its home, caches and temporary folders are always hidden.
 	Hide []string
+	// SecretEnv names variables holding credentials whose names need not
+	// look secret (the experiment's api_key_env fields): their values are
+	// scrubbed from what the agent sees and from agent.log, as those of
+	// secret-named variables are.
+	SecretEnv []string
 	// DryRunTimeout bounds each dry-run episode (default 1 minute).
 	DryRunTimeout time.Duration
 }
