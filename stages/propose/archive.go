@@ -154,51 +154,31 @@ func readArchive(ctx context.Context, x *stages.Exec, dom episode.Domain, episod
 }
 
 func (a *archive) readCandidates(ctx context.Context, x *stages.Exec, m *storage.Manifest) error {
-	for _, f := range m.Table(schemas.Candidates.Name) {
-		ra, err := x.Open(ctx, m, f)
-		if err != nil {
-			return fmt.Errorf("propose: open archive %s: %w", m.FileKey(f), err)
+	return eachRow(ctx, x, m, schemas.Candidates.Name, func(c schemas.Candidate) error {
+		if c.Source != "" && harness.SourceID([]byte(c.Source)) != c.HarnessID {
+			return fmt.Errorf("candidate %q: harness_id %s is not the id of its source", c.Name, c.HarnessID)
 		}
-		err = schemas.ReadRows(ctx, ra, ra.Size(), func(c schemas.Candidate) error {
-			if c.Source != "" && harness.SourceID([]byte(c.Source)) != c.HarnessID {
-				return fmt.Errorf("candidate %q: harness_id %s is not the id of its source", c.Name, c.HarnessID)
-			}
-			a.note(c.HarnessID)
-			if _, ok := a.sources[c.HarnessID]; !ok {
-				a.sources[c.HarnessID] = archived{Candidate: c, Position: m.Position}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("propose: read archive %s: %w", m.FileKey(f), err)
+		a.note(c.HarnessID)
+		if _, ok := a.sources[c.HarnessID]; !ok {
+			a.sources[c.HarnessID] = archived{Candidate: c, Position: m.Position}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (a *archive) readEvals(ctx context.Context, x *stages.Exec, m *storage.Manifest) error {
-	for _, f := range m.Table(schemas.Evals.Name) {
-		ra, err := x.Open(ctx, m, f)
-		if err != nil {
-			return fmt.Errorf("propose: open archive %s: %w", m.FileKey(f), err)
+	return eachRow(ctx, x, m, schemas.Evals.Name, func(e schemas.Eval) error {
+		a.note(e.HarnessID)
+		s := a.scores[e.HarnessID]
+		if s == nil {
+			s = &score{}
+			a.scores[e.HarnessID] = s
 		}
-		err = schemas.ReadRows(ctx, ra, ra.Size(), func(e schemas.Eval) error {
-			a.note(e.HarnessID)
-			s := a.scores[e.HarnessID]
-			if s == nil {
-				s = &score{}
-				a.scores[e.HarnessID] = s
-			}
-			s.tasks++
-			s.sumReward += e.MeanReward
-			s.sumTurns += e.MeanTurns
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("propose: read archive %s: %w", m.FileKey(f), err)
-		}
-	}
-	return nil
+		s.tasks++
+		s.sumReward += e.MeanReward
+		s.sumTurns += e.MeanTurns
+		return nil
+	})
 }
 
 // readEvaluated names the harnesses an evaluate stage scored, from its
@@ -302,34 +282,24 @@ func (a *archive) ranked() []string {
 // readRollouts keeps, per harness, a uniform sample (reservoir, seeded by
 // the stage) of failed (reward ≤ 0) and passed episodes.
 func (a *archive) readRollouts(ctx context.Context, x *stages.Exec, m *storage.Manifest, rng *rand.Rand) error {
-	for _, f := range m.Table(schemas.Rollouts.Name) {
-		ra, err := x.Open(ctx, m, f)
-		if err != nil {
-			return fmt.Errorf("propose: open archive %s: %w", m.FileKey(f), err)
-		}
-		err = schemas.ReadRows(ctx, ra, ra.Size(), func(r schemas.Rollout) error {
-			if r.Section == sectionTest {
-				return nil
-			}
-			s := a.samples[r.HarnessID]
-			if s == nil {
-				s = &sampled{}
-				a.samples[r.HarnessID] = s
-			}
-			if r.Reward > 0 {
-				s.seenPass++
-				reservoir(&s.passed, r, s.seenPass, samplePassed, rng)
-			} else {
-				s.seenFailed++
-				reservoir(&s.failed, r, s.seenFailed, sampleFailed, rng)
-			}
+	return eachRow(ctx, x, m, schemas.Rollouts.Name, func(r schemas.Rollout) error {
+		if r.Section == sectionTest {
 			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("propose: read archive %s: %w", m.FileKey(f), err)
 		}
-	}
-	return nil
+		s := a.samples[r.HarnessID]
+		if s == nil {
+			s = &sampled{}
+			a.samples[r.HarnessID] = s
+		}
+		if r.Reward > 0 {
+			s.seenPass++
+			reservoir(&s.passed, r, s.seenPass, samplePassed, rng)
+		} else {
+			s.seenFailed++
+			reservoir(&s.failed, r, s.seenFailed, sampleFailed, rng)
+		}
+		return nil
+	})
 }
 
 func reservoir(keep *[]schemas.Rollout, r schemas.Rollout, seen, k int, rng *rand.Rand) {
@@ -424,4 +394,19 @@ func renderEpisode(r schemas.Rollout, limit int) string {
 		}
 	}
 	return clip(b.String(), limit)
+}
+
+// eachRow calls fn with every row of the archive table of m, naming the
+// file in an error.
+func eachRow[T any](ctx context.Context, x *stages.Exec, m *storage.Manifest, table string, fn func(T) error) error {
+	for _, f := range m.Table(table) {
+		ra, err := x.Open(ctx, m, f)
+		if err != nil {
+			return fmt.Errorf("propose: open archive %s: %w", m.FileKey(f), err)
+		}
+		if err := schemas.ReadRows(ctx, ra, ra.Size(), fn); err != nil {
+			return fmt.Errorf("propose: read archive %s: %w", m.FileKey(f), err)
+		}
+	}
+	return nil
 }
