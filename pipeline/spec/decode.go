@@ -4,16 +4,14 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
-	"github.com/whalerun/whale/internal/textdist"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/whalerun/whale/internal/textdist"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -21,101 +19,6 @@ import (
 	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
 )
-
-// Load reads and parses the experiment file at path; errors name the path
-// as given. Relative paths in it (see PathFields) are resolved against the
-// file's directory: the Experiment holds absolute paths. A file that Read
-// finds problems in is refused with them.
-func Load(path string) (*Experiment, error) {
-	d, err := Read(path)
-	if err != nil {
-		return nil, err
-	}
-	if problems := d.Problems(); len(problems) > 0 {
-		return nil, problems
-	}
-	return d.Exp, nil
-}
-
-// Read reads the experiment file at path as Load does, but holds back
-// judgement: the error is about reading or decoding the file (an
-// ErrorList for what does not decode), and what validation and path
-// resolution find is the Draft's Problems.
-func Read(path string) (*Draft, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read experiment file: %w", err)
-	}
-	defer f.Close()
-	// One byte past the bound is enough to refuse the file.
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read experiment file: %w", err)
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("read experiment file: %w", err)
-	}
-	return read(path, data, filepath.Dir(abs))
-}
-
-// Parse decodes an experiment file strictly on top of Defaults(), normalizes
-// it and validates it. name is used in error messages only. On failure the
-// error is an ErrorList naming every problem found with its position.
-// Paths are left as written: Load resolves them.
-func Parse(name string, data []byte) (*Experiment, error) {
-	d, err := read(name, data, "")
-	if err != nil {
-		return nil, err
-	}
-	if problems := d.Problems(); len(problems) > 0 {
-		return nil, problems
-	}
-	return d.Exp, nil
-}
-
-// read decodes and normalizes the file name holding data, with relative
-// paths resolved against dir unless it is empty; the error is an
-// ErrorList of what does not decode.
-func read(name string, data []byte, dir string) (*Draft, error) {
-	d := newDecoder(name, data)
-	e := Defaults()
-	d.decodeFile(data, &e)
-	if len(d.errs) > 0 {
-		return nil, d.errs
-	}
-	e.Normalize()
-	dr := &Draft{Exp: &e, Dir: dir, file: name, dec: d}
-	if dir != "" {
-		dr.written = map[string]string{}
-		for _, f := range PathFields {
-			dr.written[f] = *pathField(&e, f)
-		}
-		dr.pathErrs = dr.position(e.resolvePaths(dir))
-	}
-	return dr, nil
-}
-
-// position gives each problem found after decoding the file's name and
-// the position of its field (or of the closest ancestor written), with
-// the source line unless the value may be a secret.
-func (dr *Draft) position(problems ErrorList) ErrorList {
-	for _, ve := range problems {
-		if dr.file != "" {
-			ve.File = dr.file
-		}
-		if dr.dec == nil {
-			continue
-		}
-		if p, ok := dr.dec.nearest(ve.Path); ok {
-			ve.Line, ve.Column = p.line, p.col
-			if !ve.sensitive {
-				ve.Snippet = snippet(dr.dec.lines, p.line, p.col)
-			}
-		}
-	}
-	return problems
-}
 
 type position struct{ line, col int }
 
@@ -133,24 +36,6 @@ type decoder struct {
 }
 
 const maxAliasExpansions = 10000
-
-// Bounds on an experiment file, checked before the YAML parser builds its
-// tree (its memory grows much faster than the input with nesting: 40 KB
-// nested 20,000 levels deep took 700 MB). A real experiment file is a few
-// KB nested a few levels deep.
-const (
-	// MaxFileBytes bounds the size of an experiment file.
-	MaxFileBytes = 128 << 10
-	// MaxDepth bounds the nesting of mappings and lists.
-	MaxDepth = 64
-	// MaxKeys bounds the keys of one block mapping: the parser's time and
-	// memory grow with their square (8,000 keys took 280 MB).
-	MaxKeys = 1000
-	// maxNesting bounds the depth summed over the tokens, which is what
-	// the parser's memory follows (about 30 bytes each): a file of many
-	// nests each within MaxDepth costs as much as one deep nest.
-	maxNesting = 1 << 18
-)
 
 func newDecoder(name string, data []byte) *decoder {
 	return &decoder{
@@ -177,63 +62,6 @@ func (d *decoder) parse(data []byte) (f *ast.File, err error) {
 	}
 	return parser.Parse(tokens, 0)
 }
-
-// checkShape returns the first token at which tokens nest deeper than
-// MaxDepth, or their depths summed pass maxNesting, or a block mapping
-// gets more than MaxKeys keys, and what is wrong; nil when none is.
-//
-// Flow collections ([ ], { }) count by their brackets; block collections
-// by the columns of their indicators (-, ?, and the key before :), each
-// column deeper than the enclosing one a level, as the parser nests them.
-// It is an estimate from above, which is what a bound needs.
-func checkShape(tokens token.Tokens) (*token.Token, string) {
-	type level struct{ col, keys int }
-	var block []level // the open block collections, by increasing column
-	sum, flow := 0, 0
-	var prev *token.Token
-	for _, tk := range tokens {
-		col := 0
-		if tk.Position != nil {
-			col = tk.Position.Column
-		}
-		switch tk.Type {
-		case token.SequenceStartType, token.MappingStartType:
-			flow++
-		case token.SequenceEndType, token.MappingEndType:
-			flow = max(flow-1, 0)
-		case token.DocumentHeaderType, token.DocumentEndType:
-			flow, block = 0, block[:0]
-		case token.SequenceEntryType, token.MappingKeyType, token.MappingValueType:
-			if flow > 0 {
-				break
-			}
-			if tk.Type == token.MappingValueType && prev != nil && prev.Position != nil {
-				col = prev.Position.Column // a mapping sits at its keys' column
-			}
-			for len(block) > 0 && block[len(block)-1].col > col {
-				block = block[:len(block)-1]
-			}
-			if len(block) == 0 || block[len(block)-1].col < col {
-				block = append(block, level{col: col})
-			}
-			if top := &block[len(block)-1]; tk.Type == token.MappingValueType {
-				if top.keys++; top.keys > MaxKeys {
-					return tk, fmt.Sprintf("a mapping with more than %d keys; an experiment file's mappings have a few", MaxKeys)
-				}
-			}
-		}
-		depth := flow + len(block)
-		if depth > MaxDepth {
-			return tk, fmt.Sprintf("the YAML nests deeper than %d levels of mappings and lists; an experiment file needs a few", MaxDepth)
-		}
-		if sum += depth; sum > maxNesting {
-			return tk, fmt.Sprintf("the YAML holds too many nested values (their depths add up to more than %d); an experiment file is a few KB nested a few levels", maxNesting)
-		}
-		prev = tk
-	}
-	return nil, ""
-}
-
 func (d *decoder) decodeFile(data []byte, out any) {
 	if len(data) > MaxFileBytes {
 		d.errAt(position{}, "", "the file is more than the %d bytes an experiment file may have", MaxFileBytes)
