@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -28,6 +27,7 @@ import (
 	"github.com/whalerun/whale/harness"
 	"github.com/whalerun/whale/harness/archive"
 	"github.com/whalerun/whale/importers"
+	"github.com/whalerun/whale/jobs/trainers"
 	"github.com/whalerun/whale/models/modeltest"
 	"github.com/whalerun/whale/pipeline/ledger"
 	"github.com/whalerun/whale/schemas"
@@ -732,25 +732,12 @@ func needLocalSandbox(t *testing.T) {
 // CI, whose Makefile installs them.
 func toyTrainerPython(t *testing.T) string {
 	t.Helper()
-	var tried []string
-	for _, c := range []string{os.Getenv("WHALE_PYTHON"), "python3", "/usr/bin/python3"} {
-		if c == "" {
-			continue
+	p, err := trainers.FindPython("torch", "jinja2", "numpy")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
 		}
-		p, err := exec.LookPath(c)
-		if err != nil {
-			continue
-		}
-		out, err := exec.Command(p, "-c", "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') and u.find_spec('jinja2') and u.find_spec('numpy') else 1)").CombinedOutput()
-		if err == nil {
-			return p
-		}
-		tried = append(tried, p+": "+strings.TrimSpace(string(out)))
+		t.Skip(err)
 	}
-	why := fmt.Sprintf("no python3 with torch, numpy and jinja2 (%v): apt-get install -y python3-torch python3-jinja2, or set WHALE_PYTHON", tried)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-	return ""
+	return p
 }

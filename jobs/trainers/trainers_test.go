@@ -22,42 +22,19 @@ import (
 var (
 	pythonOnce sync.Once
 	pythonPath string
-	pythonWhy  string
+	pythonErr  error
 )
 
-// python finds a python3 that imports torch: $WHALE_PYTHON if set, else
-// python3 on PATH, then Debian's /usr/bin/python3 (where apt installs
-// python3-torch, which a pyenv python3 earlier on PATH does not see).
+// python is FindPython's python3 with torch, found once; without one the
+// test fails under CI=true and is skipped elsewhere.
 func python(t *testing.T) string {
 	t.Helper()
-	pythonOnce.Do(func() {
-		var tried []string
-		candidates := []string{"python3", "/usr/bin/python3"}
-		if p := os.Getenv("WHALE_PYTHON"); p != "" {
-			candidates = []string{p} // an explicit choice is not second-guessed
-		}
-		for _, c := range candidates {
-			p, err := exec.LookPath(c)
-			if err != nil {
-				tried = append(tried, c+": not found")
-				continue
-			}
-			// find_spec, not import: importing torch takes ~10 s on the
-			// test machines, and the tests import it anyway.
-			out, err := exec.Command(p, "-c", "import importlib.util, sys; sys.exit('No module named torch' if importlib.util.find_spec('torch') is None else 0)").CombinedOutput()
-			if err == nil {
-				pythonPath = p
-				return
-			}
-			tried = append(tried, fmt.Sprintf("%s: %s", p, lastLine(string(out))))
-		}
-		pythonWhy = "no python3 that imports torch (" + strings.Join(tried, "; ") + "); install PyTorch: apt-get install -y python3-torch python3-jinja2 (jinja2 for the chat-template tests), or set WHALE_PYTHON"
-	})
-	if pythonPath == "" {
+	pythonOnce.Do(func() { pythonPath, pythonErr = FindPython("torch") })
+	if pythonErr != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal(pythonWhy)
+			t.Fatal(pythonErr)
 		}
-		t.Skip(pythonWhy)
+		t.Skip(pythonErr)
 	}
 	return pythonPath
 }
