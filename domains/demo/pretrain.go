@@ -3,10 +3,8 @@ package demo
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"time"
 
 	"github.com/whalerun/whale/models/local"
 	"github.com/whalerun/whale/schemas"
@@ -36,10 +34,11 @@ var systemBases = []string{
 	"",
 }
 
-// noiseSentences are prompt lines with no bearing on the format: among
+// NoiseSentences are prompt lines with no bearing on the format: among
 // them the ones the mutate proposer adds, so that a prompt edit changes
-// what it says it changes and not the format by accident.
-var noiseSentences = []string{
+// what it says it changes and not the format by accident. The search
+// demo's pretraining (domains/searchdemo) uses them too.
+var NoiseSentences = []string{
 	"Think step by step before you commit to a final answer.",
 	"Before you answer, check your result against the question once more.",
 	"Follow the required output format exactly: a reply in any other format is wasted.",
@@ -50,7 +49,9 @@ var noiseSentences = []string{
 	"Double-check the digits.",
 }
 
-var userSuffixes = []string{
+// UserSuffixes are the lines the mutate proposer may add after the
+// question.
+var UserSuffixes = []string{
 	"Think it through step by step.",
 	"Give your final answer in the required format.",
 }
@@ -101,12 +102,12 @@ func Conversation(rng *rand.Rand, p Problem) []schemas.Message {
 			sys = append(sys, b)
 		}
 		if rng.IntN(2) == 0 {
-			sys = append(sys, noiseSentences[rng.IntN(len(noiseSentences))])
+			sys = append(sys, NoiseSentences[rng.IntN(len(NoiseSentences))])
 		}
 	}
 	user := p.Question()
 	if rng.IntN(8) == 0 {
-		user += "\n" + userSuffixes[rng.IntN(len(userSuffixes))]
+		user += "\n" + UserSuffixes[rng.IntN(len(UserSuffixes))]
 	}
 	cue := rng.IntN(2) == 0
 	if cue {
@@ -156,25 +157,12 @@ func prose(rng *rand.Rand, p Problem, ans int) string {
 
 // PretrainOptions configure Pretrain; zero fields take the defaults of
 // the committed checkpoint (DefaultPretrain).
-type PretrainOptions struct {
-	Seed  uint64
-	Steps int
-	Batch int // conversations per step
-	// LR is the learning rate after a linear warm-up; it stays constant so
-	// that the model after k steps of a longer run is Pretrain with k steps.
-	LR     float64
-	Warmup int
-	// Log, when set, gets progress every LogEvery steps and at the end.
-	Log      *slog.Logger
-	LogEvery int
-	// Every, when set, is called after every LogEvery steps (for probes).
-	Every func(ctx context.Context, step int, m *local.Model) error
-}
+type PretrainOptions = local.PretrainOptions
 
 // DefaultPretrain are the options of testdata/pretrained.wlm.
 var DefaultPretrain = PretrainOptions{Seed: 1, Steps: 1200, Batch: 32, LR: 3e-3, Warmup: 60, LogEvery: 100}
 
-func (o PretrainOptions) withDefaults() PretrainOptions {
+func withDefaults(o PretrainOptions) PretrainOptions {
 	d := DefaultPretrain
 	if o.Seed == 0 {
 		o.Seed = d.Seed
@@ -197,59 +185,21 @@ func (o PretrainOptions) withDefaults() PretrainOptions {
 	return o
 }
 
-// Pretrain makes the demo's starting model from scratch: local.New with
-// the seed, then Steps AdamW steps over conversations it generates from
-// every problem: the 255 facts are a lookup table a model cannot learn
-// from some of them, so held-out tasks test the policy (format, sharpened
-// answers), not unseen arithmetic. The same options and
-// GOMAXPROCS give the same weights bit for bit: the data, the
-// initialisation and the gradient groups are all fixed by them.
+// Pretrain makes the demo's starting model from scratch (local.Pretrain
+// of DemoConfig) on conversations it generates from every problem: the
+// 255 facts are a lookup table a model cannot learn from some of them, so
+// held-out tasks test the policy (format, sharpened answers), not unseen
+// arithmetic.
 func Pretrain(ctx context.Context, o PretrainOptions) (*local.Model, error) {
-	o = o.withDefaults()
-	m, err := local.New(local.DemoConfig(), o.Seed)
-	if err != nil {
-		return nil, fmt.Errorf("pretrain: %w", err)
-	}
 	train := allProblems()
-	rng := rand.New(rand.NewPCG(o.Seed, 0xda7a))
-	start := time.Now()
-	var lossSum float64
-	var lossN int
-	for step := range o.Steps {
-		batch := make([]local.Example, 0, o.Batch)
-		for len(batch) < o.Batch {
-			conv := Conversation(rng, train[rng.IntN(len(train))])
-			toks, mask, err := local.Encode(conv, false)
-			if err != nil {
-				return nil, fmt.Errorf("pretrain step %d: %w", step+1, err)
-			}
-			if len(toks) > m.Config().Context {
-				continue // never happens with these templates; dropping keeps the stream fixed
-			}
-			batch = append(batch, local.Example{Tokens: toks, Mask: mask})
-		}
-		st, err := m.TrainStep(ctx, batch, local.TrainOptions{LR: lrAt(o, step), WeightDecay: 0.01, ClipNorm: 1})
+	ctxLen := local.DemoConfig().Context
+	return local.Pretrain(ctx, local.DemoConfig(), withDefaults(o), func(rng *rand.Rand) (local.Example, bool, error) {
+		conv := Conversation(rng, train[rng.IntN(len(train))])
+		toks, mask, err := local.Encode(conv, false)
 		if err != nil {
-			return nil, fmt.Errorf("pretrain: %w", err)
+			return local.Example{}, false, err
 		}
-		lossSum += st.Loss
-		lossN++
-		if o.Log != nil && ((step+1)%o.LogEvery == 0 || step+1 == o.Steps) {
-			o.Log.Info("pretrain", "step", step+1, "of", o.Steps, "loss", lossSum/float64(lossN), "elapsed", time.Since(start).Round(time.Second))
-			lossSum, lossN = 0, 0
-		}
-		if o.Every != nil && (step+1)%o.LogEvery == 0 {
-			if err := o.Every(ctx, step+1, m); err != nil {
-				return nil, fmt.Errorf("pretrain step %d: %w", step+1, err)
-			}
-		}
-	}
-	return m, nil
-}
-
-func lrAt(o PretrainOptions, step int) float64 {
-	if step < o.Warmup {
-		return o.LR * float64(step+1) / float64(o.Warmup)
-	}
-	return o.LR
+		// Never happens with these templates; skipping keeps the stream fixed.
+		return local.Example{Tokens: toks, Mask: mask}, len(toks) <= ctxLen, nil
+	})
 }
