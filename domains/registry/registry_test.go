@@ -41,7 +41,7 @@ func TestNamesAndLookup(t *testing.T) {
 // unknown name is an error listing the names.
 func TestBuiltinHarnesses(t *testing.T) {
 	want := map[string][]string{
-		"searchqa": {"h0", "h0-tags"},
+		"searchqa": {"h0", "h0-local", "h0-tags"},
 		"math":     {"h0", "h0-tags"},
 		"chess":    {"h0", "h0-compact"},
 		"demo":     {"h0"},

@@ -27,6 +27,12 @@ var baseline []byte
 //go:embed h0-tags.star
 var tagsHarness []byte
 
+// localHarness is h0-local: the search demo's starting harness for the
+// built-in byte model (short tool, top-1 sentence; see the file).
+//
+//go:embed h0-local.star
+var localHarness []byte
+
 // maxQueryBytes bounds a search query: a query is a line of keywords, and
 // a model that pastes its whole reasoning into <search> must not send
 // megabytes to the retriever.
@@ -58,12 +64,13 @@ func (d *Domain) Contract() *harness.Contract { return Contract() }
 func (d *Domain) Baseline() []byte { return append([]byte(nil), baseline...) }
 
 // Harnesses are the domain's built-in harnesses by name, the names an
-// experiment's harness.initial may give: "h0" (Baseline, the paper's) and
-// "h0-tags".
+// experiment's harness.initial may give: "h0" (Baseline, the paper's),
+// "h0-tags" and "h0-local" (the search demo's, for the built-in model).
 func Harnesses() map[string][]byte {
 	return map[string][]byte{
-		"h0":      append([]byte(nil), baseline...),
-		"h0-tags": append([]byte(nil), tagsHarness...),
+		"h0":       append([]byte(nil), baseline...),
+		"h0-tags":  append([]byte(nil), tagsHarness...),
+		"h0-local": append([]byte(nil), localHarness...),
 	}
 }
 

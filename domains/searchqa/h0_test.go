@@ -20,8 +20,8 @@ import (
 // docs and examples give.
 func TestHarnessTable(t *testing.T) {
 	hs := Harnesses()
-	if len(hs) != 2 || string(hs["h0"]) != string(NewDomain(nil).Baseline()) || hs["h0-tags"] == nil {
-		t.Fatalf("Harnesses() has %d entries; want h0 (the Baseline) and h0-tags", len(hs))
+	if len(hs) != 3 || string(hs["h0"]) != string(NewDomain(nil).Baseline()) || hs["h0-tags"] == nil || hs["h0-local"] == nil {
+		t.Fatalf("Harnesses() has %d entries; want h0 (the Baseline), h0-tags and h0-local", len(hs))
 	}
 	for name, src := range hs {
 		warnings, err := harness.Check(name+".star", src, harness.Options{Contract: Contract()})
@@ -42,6 +42,31 @@ func TestPaperH0Settings(t *testing.T) {
 	for name, want := range map[string]int{"MAX_TURNS": 2, "TOPK": 1, "MAX_DOC_CHARS": 800, "FORMAT_RETRIES": 0} {
 		if got := h.Int(name); got != want {
 			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+}
+
+// TestLocalH0: the search demo's harness shows only the sentences of the
+// passages, one a line, and says so when a search found nothing.
+func TestLocalH0(t *testing.T) {
+	h := loadHarness(t, string(Harnesses()["h0-local"]))
+	if tools := h.Tools(); len(tools) != 1 || tools[0].Name != ToolSearch || tools[0].CheckArgs(map[string]any{"query": "Fopa"}) != nil {
+		t.Errorf("tools %+v, want search with one query", tools)
+	}
+	if h.Int("TOPK") != 1 || h.Int("MAX_TURNS") != 2 {
+		t.Errorf("TOPK %d, MAX_TURNS %d, want 1 and 2", h.Int("TOPK"), h.Int("MAX_TURNS"))
+	}
+	for _, c := range []struct {
+		passages []Passage
+		want     string
+	}{
+		{[]Passage{{ID: "a", Contents: "Fopa\nFopa wears green."}, {ID: "b", Contents: "Fopa\nFopa keeps a seal."}}, "Fopa wears green.\nFopa keeps a seal."},
+		{nil, "No results."},
+	} {
+		res := SearchResult("Fopa", c.passages, 3, 200)
+		got, err := h.Call(context.Background(), "format_tool_result", res, map[string]any{})
+		if err != nil || got != c.want {
+			t.Errorf("format_tool_result(%d passages) = %q, %v; want %q", len(c.passages), got, err, c.want)
 		}
 	}
 }
