@@ -19,6 +19,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/domains/demo"
+	"github.com/whalerun/whale/domains/searchdemo"
 	"github.com/whalerun/whale/internal/progress"
 	"github.com/whalerun/whale/jobs"
 	"github.com/whalerun/whale/pipeline"
@@ -30,6 +31,8 @@ import (
 
 type demoOptions struct {
 	Dir string
+	// World is the name of the demo world (demoWorlds); "" is the first.
+	World string
 	// Budget overrides budget.rollouts of every variant (0: the file's).
 	Budget int64
 	// Quick shrinks the experiment to seconds, for tests and a first look.
@@ -48,34 +51,123 @@ type demoOptions struct {
 // seeds vary only sampling, the training order and the proposer.
 const demoDataSeed = 1
 
-// The harness iterations of stagewise's harness stage: what whale
-// (fixed) ran at the shipped budget (15 in each of seeds 1-3: 5 rounds of
-// 3) and in the quick demo (4: 2 rounds of 2).
-const (
-	demoStagewiseIterations      = 15
-	demoQuickStagewiseIterations = 4
-)
-
 // demoDefaultSeeds is how many seeds each schedule runs by default.
 const demoDefaultSeeds = 3
 
 // demoVariant is one schedule of the comparison; everything else is the
-// shipped demo.yaml.
+// world's example file. A run is named <world prefix>-<name>-s<seed>.
 type demoVariant struct {
 	name, schedule, mode string
 }
 
 var demoVariants = []demoVariant{
-	{"demo-whale-fixed", spec.ScheduleWhale, spec.SwitchFixed},
-	{"demo-whale-patience", spec.ScheduleWhale, spec.SwitchPatience},
-	{"demo-weights-only", spec.ScheduleWeightsOnly, spec.SwitchFixed},
-	{"demo-harness-only", spec.ScheduleHarnessOnly, spec.SwitchFixed},
+	{"whale-fixed", spec.ScheduleWhale, spec.SwitchFixed},
+	{"whale-patience", spec.ScheduleWhale, spec.SwitchPatience},
+	{"weights-only", spec.ScheduleWeightsOnly, spec.SwitchFixed},
+	{"harness-only", spec.ScheduleHarnessOnly, spec.SwitchFixed},
 }
 
 // demoExtraVariants run with --all-schedules: the paper's other baselines.
 var demoExtraVariants = []demoVariant{
-	{"demo-stagewise", spec.ScheduleStagewise, spec.SwitchFixed},
-	{"demo-fst", spec.ScheduleFST, spec.SwitchFixed},
+	{"stagewise", spec.ScheduleStagewise, spec.SwitchFixed},
+	{"fst", spec.ScheduleFST, spec.SwitchFixed},
+}
+
+// demoWorld is one world `whale demo` can run: its example experiment,
+// its committed starting checkpoint, and the inputs it writes and stores
+// in the bucket. Adding a world is one entry here.
+type demoWorld struct {
+	name    string // --world
+	prefix  string // of run names and the files under DIR/inputs
+	about   string // for the help text
+	example string // under jobs.Examples
+	// checkpoint is the committed starting checkpoint's bytes.
+	checkpoint func() []byte
+	// prepare writes the world's inputs under inputs, imports them into
+	// root (and builds what else the experiment names) and says what it
+	// stored. It is idempotent: a rerun stores nothing new.
+	prepare func(ctx context.Context, root, inputs string, exp *spec.Experiment) (string, error)
+	// stagewise is the length of stagewise's harness stage: the iterations
+	// whale (fixed) ran at the shipped budget, so that both split the
+	// rollouts between the levers alike; quickStagewise for --quick.
+	stagewise, quickStagewise int
+}
+
+var demoWorlds = []demoWorld{
+	{
+		name: "search", prefix: "searchdemo", example: "examples/searchdemo.yaml",
+		about:      "search QA about invented people whose facts live only in an embedded corpus, searched with the native search tool over a BM25 index",
+		checkpoint: searchdemo.PretrainedCheckpoint, prepare: prepareSearchDemo,
+		stagewise: 15, quickStagewise: 4,
+	},
+	{
+		name: "arithmetic", prefix: "demo", example: "examples/demo.yaml",
+		about:      "single-digit arithmetic, where the only harness lever is the answer format, which the weights absorb",
+		checkpoint: demo.PretrainedCheckpoint, prepare: prepareArithmeticDemo,
+		stagewise: 15, quickStagewise: 4, // 5 rounds of 3 at 8000 rollouts (seeds 1-3); 2 rounds of 2 quick
+	},
+}
+
+// lookupDemoWorld returns the world called name ("" is the first).
+func lookupDemoWorld(name string) (demoWorld, error) {
+	if name == "" {
+		return demoWorlds[0], nil
+	}
+	var names []string
+	for _, w := range demoWorlds {
+		if w.name == name {
+			return w, nil
+		}
+		names = append(names, w.name)
+	}
+	return demoWorld{}, fmt.Errorf("--world %q: the demo worlds are %s", name, strings.Join(names, ", "))
+}
+
+func (w demoWorld) runName(v demoVariant, seed int64) string {
+	return demoRunName(w.prefix+"-"+v.name, seed)
+}
+
+// prepareArithmeticDemo imports the arithmetic tasks.
+func prepareArithmeticDemo(ctx context.Context, root, inputs string, exp *spec.Experiment) (string, error) {
+	paths, err := demo.WriteDatasets(inputs, demoDataSeed)
+	if err != nil {
+		return "", err
+	}
+	for i, split := range []string{demo.SplitTrain, demo.SplitSearch, demo.SplitTest} {
+		if err := runImport(ctx, importOptions{Root: root, File: paths[i], Name: "demo-" + split}, io.Discard); err != nil {
+			return "", fmt.Errorf("import %s: %w", paths[i], err)
+		}
+	}
+	return fmt.Sprintf("tasks: %d train, %d search, %d test (%s)",
+		demo.SplitSize(demo.SplitTrain), min(exp.Harness.SearchSetSize, demo.SplitSize(demo.SplitSearch)), demo.SplitSize(demo.SplitTest), inputs), nil
+}
+
+// prepareSearchDemo imports the search demo's tasks and builds the BM25
+// index of its corpus in the bucket, as `whale data import` and `whale
+// index build` do.
+func prepareSearchDemo(ctx context.Context, root, inputs string, exp *spec.Experiment) (string, error) {
+	w := searchdemo.NewWorld()
+	paths, corpus, err := w.WriteFiles(inputs, demoDataSeed)
+	if err != nil {
+		return "", err
+	}
+	var n [3]int
+	for i, split := range []string{searchdemo.SplitTrain, searchdemo.SplitSearch, searchdemo.SplitTest} {
+		if err := runImport(ctx, importOptions{Root: root, File: paths[i], Name: "searchdemo-" + split}, io.Discard); err != nil {
+			return "", fmt.Errorf("import %s: %w", paths[i], err)
+		}
+		ts, err := w.Tasks(split)
+		if err != nil {
+			return "", err
+		}
+		n[i] = len(ts)
+	}
+	name := strings.TrimPrefix(exp.Tools.Retriever, spec.RetrieverIndexPrefix)
+	if err := runIndexBuild(ctx, indexBuildOptions{Root: root, Corpus: corpus, Name: name}, io.Discard); err != nil {
+		return "", fmt.Errorf("index %s: %w", corpus, err)
+	}
+	return fmt.Sprintf("tasks: %d train, %d search, %d test; index %s of %d passages (%s)",
+		n[0], min(exp.Harness.SearchSetSize, n[1]), n[2], name, len(w.Corpus()), inputs), nil
 }
 
 // demoRunName names one seed of a variant.
@@ -128,10 +220,14 @@ func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
 		Usage: "run a complete WHALE comparison on the built-in model: no GPU, no network, no keys",
-		Description: `Creates a local bucket in --dir, imports the demo domain's tasks (single-digit
-arithmetic: train, search and held-out test splits), writes the committed
-starting checkpoint and the experiment (jobs/examples/demo.yaml) next to it,
-and runs the experiment under four schedules at the same rollout budget:
+		Description: `Creates a local bucket in --dir, stores the tasks of a demo world (train,
+search and held-out test splits; --world: search, the default, is search QA
+about invented people whose facts live only in an embedded corpus, searched
+with the native search tool over a BM25 index built in the bucket;
+arithmetic is single-digit arithmetic), writes the committed starting
+checkpoint and the experiment (jobs/examples/searchdemo.yaml or demo.yaml)
+next to them, and runs the experiment under four schedules at the same
+rollout budget:
 whale with the fixed switch, whale with the patience switch, weights-only
 and harness-only (--all-schedules adds stagewise and FST), each once per
 seed (--seeds: 3 by default). The seed changes sampling, the order of the
@@ -147,6 +243,7 @@ Logs go to DIR/logs/demo.log. Running it again resumes or, when finished,
 changes nothing: every stage is committed once.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Value: "demo-bucket", Usage: "`DIR` for the local bucket, the inputs, the logs and the report"},
+			&cli.StringFlag{Name: "world", Value: demoWorlds[0].name, Usage: "the demo `WORLD`: " + demoWorldNames()},
 			&cli.Int64Flag{Name: "budget", Usage: "budget.rollouts of every run (default: the example's)"},
 			&cli.BoolFlag{Name: "quick", Usage: "a small version that runs in seconds (smaller batches, search and test sets)"},
 			&cli.StringFlag{Name: "seeds", Value: strconv.Itoa(demoDefaultSeeds), Usage: "`N` seeds (1..N) per schedule, or a comma-separated list of seeds (1,4,9; one seed alone: 7,)"},
@@ -167,7 +264,10 @@ changes nothing: every stage is committed once.`,
 			if c.Int("parallel") < 0 {
 				return usagef("--parallel %d: want a positive number of runs", c.Int("parallel"))
 			}
-			return runDemo(c.Context, demoOptions{Dir: c.String("dir"), Budget: c.Int64("budget"), Quick: c.Bool("quick"),
+			if _, err := lookupDemoWorld(c.String("world")); err != nil {
+				return usageError{err}
+			}
+			return runDemo(c.Context, demoOptions{Dir: c.String("dir"), World: c.String("world"), Budget: c.Int64("budget"), Quick: c.Bool("quick"),
 				Seeds: seeds, AllSchedules: c.Bool("all-schedules"), Parallel: c.Int("parallel")}, c.App.Writer)
 		}),
 	}
@@ -188,22 +288,20 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	root := "file://" + filepath.Join(dir, "bucket")
 	fmt.Fprintf(out, "whale demo: bucket %s\n", root)
 
-	exp, err := demoExperiment(inputs, o)
+	world, err := lookupDemoWorld(o.World)
+	if err != nil {
+		return usageError{err}
+	}
+	exp, yamlPath, err := demoExperiment(world, inputs, o)
 	if err != nil {
 		return err
 	}
-	paths, err := demo.WriteDatasets(inputs, demoDataSeed)
+	stored, err := world.prepare(ctx, root, inputs, exp)
 	if err != nil {
 		return err
 	}
 	quiet := io.Discard
-	for i, split := range []string{demo.SplitTrain, demo.SplitSearch, demo.SplitTest} {
-		if err := runImport(ctx, importOptions{Root: root, File: paths[i], Name: "demo-" + split}, quiet); err != nil {
-			return fmt.Errorf("import %s: %w", paths[i], err)
-		}
-	}
-	fmt.Fprintf(out, "tasks: %d train, %d search, %d test (%s)\n",
-		demo.SplitSize(demo.SplitTrain), min(exp.Harness.SearchSetSize, demo.SplitSize(demo.SplitSearch)), demo.SplitSize(demo.SplitTest), inputs)
+	fmt.Fprintf(out, "world %s: %s\n", world.name, stored)
 	seeds := o.Seeds
 	if len(seeds) == 0 {
 		seeds = seedRange(demoDefaultSeeds)
@@ -215,21 +313,21 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	var names []string
 	var groups []report.GroupSpec
 	for _, v := range variants {
-		g := report.GroupSpec{Name: v.name}
+		g := report.GroupSpec{Name: world.prefix + "-" + v.name}
 		for _, seed := range seeds {
 			e := exp.Clone()
-			e.Name, e.Schedule, e.Switch.Mode, e.Seed = demoRunName(v.name, seed), v.schedule, v.mode, seed
+			e.Name, e.Schedule, e.Switch.Mode, e.Seed = world.runName(v, seed), v.schedule, v.mode, seed
 			if v.schedule == spec.ScheduleStagewise {
 				// Stagewise needs the length of its harness stage: the
 				// iterations whale (fixed) runs at this budget, so that
 				// both split the rollouts between the levers alike.
-				e.Budget.HarnessIterations = demoStagewiseIterations
+				e.Budget.HarnessIterations = world.stagewise
 				if o.Quick {
-					e.Budget.HarnessIterations = demoQuickStagewiseIterations
+					e.Budget.HarnessIterations = world.quickStagewise
 				}
 			}
 			e.Description = fmt.Sprintf("whale demo: %s, seed %d", demoLabel(e), seed)
-			if err := initExperiment(ctx, root, e, filepath.Join(inputs, "demo.yaml"), quiet); err != nil {
+			if err := initExperiment(ctx, root, e, yamlPath, quiet); err != nil {
 				return fmt.Errorf("init %s: %w", e.Name, err)
 			}
 			names = append(names, e.Name)
@@ -395,23 +493,25 @@ func demoCompareTable(out io.Writer, c *report.Comparison, k int) error {
 	return err
 }
 
-// demoExperiment is the shipped demo.yaml with the checkpoint written next
-// to it, and the --quick and --budget changes.
-func demoExperiment(inputs string, o demoOptions) (*spec.Experiment, error) {
-	src, err := jobs.Examples.ReadFile("examples/demo.yaml")
+// demoExperiment is the world's shipped example with the checkpoint
+// written next to it, and the --quick and --budget changes; it returns
+// the experiment and the path of the file written.
+func demoExperiment(w demoWorld, inputs string, o demoOptions) (*spec.Experiment, string, error) {
+	src, err := jobs.Examples.ReadFile(w.example)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	yamlPath := filepath.Join(inputs, "demo.yaml")
-	ckpt := filepath.Join(inputs, "pretrained.wlm")
-	for path, data := range map[string][]byte{yamlPath: src, ckpt: demo.PretrainedCheckpoint()} {
-		if err := writeIfChanged(path, data); err != nil {
-			return nil, err
-		}
-	}
+	yamlPath := filepath.Join(inputs, filepath.Base(w.example))
 	exp, err := spec.Parse(yamlPath, src)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	// The file names the checkpoint next to it.
+	ckpt := filepath.Join(inputs, filepath.Base(exp.Model.Checkpoint))
+	for path, data := range map[string][]byte{yamlPath: src, ckpt: w.checkpoint()} {
+		if err := writeIfChanged(path, data); err != nil {
+			return nil, "", err
+		}
 	}
 	exp.Model.Checkpoint = ckpt
 	if o.Quick {
@@ -428,7 +528,15 @@ func demoExperiment(inputs string, o demoOptions) (*spec.Experiment, error) {
 	if o.Budget > 0 {
 		exp.Budget.Rollouts = o.Budget
 	}
-	return exp, nil
+	return exp, yamlPath, nil
+}
+
+func demoWorldNames() string {
+	var parts []string
+	for _, w := range demoWorlds {
+		parts = append(parts, w.name+" ("+w.about+")")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // writeIfChanged writes data to path unless the file holds it already, so

@@ -1,35 +1,58 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"runtime"
 
 	"github.com/urfave/cli/v2"
 	"github.com/whalerun/whale/domains/demo"
+	"github.com/whalerun/whale/domains/searchdemo"
+	"github.com/whalerun/whale/models/local"
 )
 
-// localPretrainCommand is `whale local pretrain`: it makes the demo
-// domain's starting checkpoint from scratch, and optionally writes the
-// demo's task sets.
+// pretrainWorld is how one demo world makes its starting checkpoint.
+type pretrainWorld struct {
+	defaults local.PretrainOptions
+	pretrain func(context.Context, local.PretrainOptions) (*local.Model, error)
+	// tasks writes the world's task files (and corpus) to a directory.
+	tasks func(dir string, seed uint64) ([]string, error)
+}
+
+// pretrainWorlds are keyed by the demo worlds' names (demoWorlds).
+var pretrainWorlds = map[string]pretrainWorld{
+	"arithmetic": {defaults: demo.DefaultPretrain, pretrain: demo.Pretrain, tasks: demo.WriteDatasets},
+	"search": {defaults: searchdemo.DefaultPretrain, pretrain: searchdemo.Pretrain,
+		tasks: func(dir string, seed uint64) ([]string, error) {
+			tasks, corpus, err := searchdemo.NewWorld().WriteFiles(dir, seed)
+			return append(tasks, corpus), err
+		}},
+}
+
+// localPretrainCommand is `whale local pretrain`: it makes a demo world's
+// starting checkpoint from scratch, and optionally writes its task sets.
 func localPretrainCommand() *cli.Command {
-	d := demo.DefaultPretrain
 	return &cli.Command{
 		Name:  "pretrain",
-		Usage: "make the demo domain's starting local model from generated data",
-		Description: `Trains models/local's demo model from its seed on conversations the demo
-domain generates, and saves it to --out. With the defaults it reproduces
-domains/demo/testdata/pretrained.wlm bit for bit when run with --procs 2
-(the gradient groups, hence the float sums, follow the number of threads).
---tasks-out also writes the demo's train, search and test tasks as JSONL.`,
+		Usage: "make a demo world's starting local model from generated data",
+		Description: `Trains models/local's model for a demo world (--world: search or arithmetic)
+from its seed on conversations the world generates, and saves it to --out.
+With the defaults it reproduces the committed checkpoint
+(domains/searchdemo/testdata/pretrained.wlm, domains/demo/testdata/pretrained.wlm)
+bit for bit when run with --procs 2 (the gradient groups, hence the float
+sums, follow the number of threads). --tasks-out also writes the world's
+train, search and test tasks (and the search world's corpus) as JSONL.
+Zero --seed, --steps, --batch or --lr take the world's defaults.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Usage: "checkpoint `FILE` to write (required)"},
-			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the initialisation and of the data"},
-			&cli.IntFlag{Name: "steps", Value: d.Steps, Usage: "optimiser steps"},
-			&cli.IntFlag{Name: "batch", Value: d.Batch, Usage: "conversations per step"},
-			&cli.Float64Flag{Name: "lr", Value: d.LR, Usage: "peak learning rate"},
+			&cli.StringFlag{Name: "world", Value: demoWorlds[0].name, Usage: "the demo `WORLD`: search or arithmetic"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed of the initialisation and of the data (default: the world's, 1)"},
+			&cli.IntFlag{Name: "steps", Usage: "optimiser steps (default: the world's)"},
+			&cli.IntFlag{Name: "batch", Usage: "conversations per step (default: the world's, 32)"},
+			&cli.Float64Flag{Name: "lr", Usage: "peak learning rate (default: the world's, 3e-3)"},
 			&cli.IntFlag{Name: "procs", Value: 2, Usage: "training threads (GOMAXPROCS); the weights depend on it"},
-			&cli.StringFlag{Name: "tasks-out", Usage: "also write demo-{train,search,test}.jsonl to `DIR`"},
+			&cli.StringFlag{Name: "tasks-out", Usage: "also write the world's task files to `DIR`"},
 		},
 		Action: action(func(c *cli.Context, args []string) error {
 			if len(args) > 0 {
@@ -42,8 +65,20 @@ domains/demo/testdata/pretrained.wlm bit for bit when run with --procs 2
 			if p := c.Int("procs"); p < 1 {
 				return usagef("local pretrain: --procs %d, want ≥ 1", p)
 			}
+			w, ok := pretrainWorlds[c.String("world")]
+			if !ok {
+				return usagef("local pretrain: --world %q: want search or arithmetic", c.String("world"))
+			}
+			o := local.PretrainOptions{Seed: c.Uint64("seed"), Steps: c.Int("steps"), Batch: c.Int("batch"), LR: c.Float64("lr"), Log: slog.Default()}
+			if o.Steps < 0 || o.Batch < 0 || o.LR < 0 {
+				return usagef("local pretrain: --steps, --batch and --lr must not be negative")
+			}
 			if dir := c.String("tasks-out"); dir != "" {
-				paths, err := demo.WriteDatasets(dir, c.Uint64("seed"))
+				seed := o.Seed
+				if seed == 0 {
+					seed = w.defaults.Seed
+				}
+				paths, err := w.tasks(dir, seed)
 				if err != nil {
 					return err
 				}
@@ -52,10 +87,7 @@ domains/demo/testdata/pretrained.wlm bit for bit when run with --procs 2
 				}
 			}
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(c.Int("procs")))
-			m, err := demo.Pretrain(c.Context, demo.PretrainOptions{
-				Seed: c.Uint64("seed"), Steps: c.Int("steps"), Batch: c.Int("batch"), LR: c.Float64("lr"),
-				Log: slog.Default(),
-			})
+			m, err := w.pretrain(c.Context, o)
 			if err != nil {
 				return err
 			}

@@ -21,23 +21,33 @@ func TestLocalPretrain(t *testing.T) {
 		return out.String(), err
 	}
 	ckpt := filepath.Join(dir, "m.wlm")
-	out, err := run("--out", ckpt, "--steps", "2", "--batch", "4", "--tasks-out", filepath.Join(dir, "tasks"))
-	if err != nil {
-		t.Fatalf("pretrain: %v\n%s", err, out)
-	}
-	m, err := local.Load(ckpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Step() != 2 || !strings.Contains(out, m.Digest()) {
-		t.Errorf("checkpoint at step %d, output %q does not name digest %s", m.Step(), out, m.Digest())
-	}
-	for _, split := range []string{"train", "search", "test"} {
-		if _, err := os.Stat(filepath.Join(dir, "tasks", "demo-"+split+".jsonl")); err != nil {
-			t.Error(err)
+	for _, w := range []struct {
+		world, prefix string
+		files         []string
+		context       int
+	}{
+		{"arithmetic", "demo", []string{"train", "search", "test"}, 256},
+		{"search", "searchdemo", []string{"train", "search", "test", "corpus"}, 512},
+	} {
+		tasks := filepath.Join(dir, w.world)
+		out, err := run("--world", w.world, "--out", ckpt, "--steps", "2", "--batch", "4", "--tasks-out", tasks)
+		if err != nil {
+			t.Fatalf("pretrain: %v\n%s", err, out)
+		}
+		m, err := local.Load(ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Step() != 2 || !strings.Contains(out, m.Digest()) || m.Config().Context != w.context {
+			t.Errorf("%s: checkpoint at step %d, context %d, output %q does not name digest %s", w.world, m.Step(), m.Config().Context, out, m.Digest())
+		}
+		for _, f := range w.files {
+			if _, err := os.Stat(filepath.Join(tasks, w.prefix+"-"+f+".jsonl")); err != nil {
+				t.Error(err)
+			}
 		}
 	}
-	for _, args := range [][]string{{}, {"--out", ckpt, "extra"}, {"--out", ckpt, "--procs", "0"}} {
+	for _, args := range [][]string{{}, {"--out", ckpt, "extra"}, {"--out", ckpt, "--procs", "0"}, {"--out", ckpt, "--world", "nope"}} {
 		if _, err := run(args...); err == nil {
 			t.Errorf("pretrain %q did not fail", args)
 		}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whalerun/whale/domains/demo"
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/spec"
 	"github.com/whalerun/whale/schemas"
@@ -21,19 +20,27 @@ import (
 
 // The quick demo runs all four schedules on two seeds end to end on the
 // built-in model (real sampling, training and harness search, only
-// smaller), writes the report, and a second run changes nothing.
+// smaller) in every world, writes the report, and a second run changes
+// nothing.
 func TestDemoQuick(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs eight small experiments on the built-in model (under a minute on 2 cores); make test runs it")
+		t.Skip("runs eight small experiments per world on the built-in model (under a minute each on 2 cores); make test runs it")
 	}
+	for _, world := range demoWorlds {
+		t.Run(world.name, func(t *testing.T) { testDemoQuick(t, world) })
+	}
+}
+
+func testDemoQuick(t *testing.T, world demoWorld) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	var first bytes.Buffer
 	seeds := []int64{1, 2}
-	if err := runDemo(ctx, demoOptions{Dir: dir, Quick: true, Seeds: seeds}, &first); err != nil {
+	if err := runDemo(ctx, demoOptions{Dir: dir, World: world.name, Quick: true, Seeds: seeds}, &first); err != nil {
 		t.Fatalf("demo: %v\n%s", err, first.String())
 	}
-	for _, want := range []string{"demo-whale-fixed-s1", "demo-whale-patience-s2", "demo-weights-only-s1", "demo-harness-only-s2",
+	p := world.prefix
+	for _, want := range []string{p + "-whale-fixed-s1", p + "-whale-patience-s2", p + "-weights-only-s1", p + "-harness-only-s2",
 		"whale (fixed E=0.2 I=2)", "whale (patience)", "final mean@2", "peak (at)", "peak mean@2", "equal spend",
 		filepath.Join(dir, "report", "index.html")} {
 		if !strings.Contains(first.String(), want) {
@@ -46,7 +53,7 @@ func TestDemoQuick(t *testing.T) {
 	committed := map[string][]string{}
 	for _, v := range demoVariants {
 		for _, seed := range seeds {
-			name := demoRunName(v.name, seed)
+			name := world.runName(v, seed)
 			run, err := pipeline.LoadRun(ctx, store, name)
 			if err != nil {
 				t.Fatal(err)
@@ -54,7 +61,7 @@ func TestDemoQuick(t *testing.T) {
 			if run.Spec.Schedule != v.schedule || run.Spec.Switch.Mode != v.mode || run.Spec.Budget.Rollouts != 300 || run.Spec.Seed != seed {
 				t.Errorf("%s: schedule %s/%s budget %d seed %d", name, run.Spec.Schedule, run.Spec.Switch.Mode, run.Spec.Budget.Rollouts, run.Spec.Seed)
 			}
-			if run.Spec.Model.Provider != spec.ProviderLocal || run.Spec.Model.Checkpoint != filepath.Join(dir, "inputs", "pretrained.wlm") {
+			if run.Spec.Model.Provider != spec.ProviderLocal || filepath.Dir(run.Spec.Model.Checkpoint) != filepath.Join(dir, "inputs") {
 				t.Errorf("%s: model %+v", name, run.Spec.Model)
 			}
 			ms, err := storage.ListCommitted(ctx, store, name)
@@ -68,10 +75,10 @@ func TestDemoQuick(t *testing.T) {
 			}
 			// Every schedule ran what it is made of, and was tested.
 			want := map[string][]string{
-				"demo-whale-fixed":    {"rollout", "filter", "finetune", "propose", "evaluate"},
-				"demo-whale-patience": {"rollout", "filter", "finetune", "propose", "evaluate"},
-				"demo-weights-only":   {"rollout", "filter", "finetune", "evaluate"},
-				"demo-harness-only":   {"propose", "evaluate"},
+				"whale-fixed":    {"rollout", "filter", "finetune", "propose", "evaluate"},
+				"whale-patience": {"rollout", "filter", "finetune", "propose", "evaluate"},
+				"weights-only":   {"rollout", "filter", "finetune", "evaluate"},
+				"harness-only":   {"propose", "evaluate"},
 			}[v.name]
 			for _, s := range want {
 				if !stagesSeen[s] {
@@ -86,9 +93,13 @@ func TestDemoQuick(t *testing.T) {
 			}
 		}
 	}
-	checkDemoComparison(t, store, filepath.Join(dir, "report", "report.json"), seeds)
-	ckpt, err := os.ReadFile(filepath.Join(dir, "inputs", "pretrained.wlm"))
-	if err != nil || !bytes.Equal(ckpt, demo.PretrainedCheckpoint()) {
+	checkDemoComparison(t, store, filepath.Join(dir, "report", "report.json"), world, seeds)
+	run, err := pipeline.LoadRun(ctx, store, world.runName(demoVariants[0], seeds[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := os.ReadFile(run.Spec.Model.Checkpoint)
+	if err != nil || !bytes.Equal(ckpt, world.checkpoint()) {
 		t.Errorf("the checkpoint written out differs from the embedded one (%v)", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "report", "index.html")); err != nil {
@@ -97,7 +108,7 @@ func TestDemoQuick(t *testing.T) {
 
 	// Again, through the command line: every run is done, nothing new is
 	// committed.
-	res := whale(t, "demo", "--dir", dir, "--quick", "--seeds", "1,2")
+	res := whale(t, "demo", "--dir", dir, "--world", world.name, "--quick", "--seeds", "1,2")
 	res.mustCode(t, exitOK)
 	for name, dirs := range committed {
 		ms, err := storage.ListCommitted(ctx, store, name)
@@ -115,6 +126,7 @@ func TestDemoQuick(t *testing.T) {
 	whale(t, "demo", "--dir", dir, "--budget", "-5").mustCode(t, exitUsage, "--budget")
 	whale(t, "demo", "--dir", dir, "--seeds", "0").mustCode(t, exitUsage, "--seeds")
 	whale(t, "demo", "--dir", dir, "--seeds", "1,x").mustCode(t, exitUsage, "--seeds")
+	whale(t, "demo", "--dir", dir, "--world", "nope").mustCode(t, exitUsage, "--world")
 }
 
 func TestParseSeeds(t *testing.T) {
@@ -205,7 +217,7 @@ func demoFromFiles(t *testing.T, s *storage.Store, run string) (spent int64, tes
 // standard deviation, minimum and maximum over seeds of the peak and
 // final test mean@k, of the rollouts spent and of the score in force at
 // the smallest spend any run reached.
-func checkDemoComparison(t *testing.T, s *storage.Store, path string, seeds []int64) {
+func checkDemoComparison(t *testing.T, s *storage.Store, path string, world demoWorld, seeds []int64) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -246,7 +258,7 @@ func checkDemoComparison(t *testing.T, s *storage.Store, path string, seeds []in
 	equal := int64(-1)
 	for _, v := range demoVariants {
 		for _, seed := range seeds {
-			name := demoRunName(v.name, seed)
+			name := world.runName(v, seed)
 			spent, tests := demoFromFiles(t, s, name)
 			if len(tests) == 0 {
 				t.Fatalf("%s: %d tests in the files", name, len(tests))
@@ -292,12 +304,12 @@ func checkDemoComparison(t *testing.T, s *storage.Store, path string, seeds []in
 	}
 	for i, v := range demoVariants {
 		g := c.Groups[i]
-		if g.Name != v.name || !slices.Equal(g.Seeds, seeds) {
-			t.Errorf("group %d: %s seeds %v, want %s seeds %v", i, g.Name, g.Seeds, v.name, seeds)
+		if want := world.prefix + "-" + v.name; g.Name != want || !slices.Equal(g.Seeds, seeds) {
+			t.Errorf("group %d: %s seeds %v, want %s seeds %v", i, g.Name, g.Seeds, want, seeds)
 		}
 		var peak, final, spent, at []float64
 		for _, seed := range seeds {
-			r := runs[demoRunName(v.name, seed)]
+			r := runs[world.runName(v, seed)]
 			p, inForce := math.Inf(-1), math.NaN()
 			for _, tp := range r.tests {
 				p = max(p, tp.mean)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whalerun/whale/domains/demo"
 	"github.com/whalerun/whale/pipeline/spec"
 )
 
@@ -104,7 +103,11 @@ func TestExamples(t *testing.T) {
 	for _, f := range files {
 		names = append(names, strings.TrimSuffix(filepath.Base(f), ".yaml"))
 	}
-	for _, want := range []string{"searchqa-whale", "searchqa-whale-patience", "math-whale", "math-whale-patience", "chess-whale", "chess-whale-lora", "demo"} {
+	demoExamples := map[string]demoWorld{}
+	for _, w := range demoWorlds {
+		demoExamples[strings.TrimSuffix(filepath.Base(w.example), ".yaml")] = w
+	}
+	for _, want := range []string{"searchqa-whale", "searchqa-whale-patience", "math-whale", "math-whale-patience", "chess-whale", "chess-whale-lora", "demo", "searchdemo"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("jobs/examples has no %s.yaml (has %v)", want, names)
 		}
@@ -114,16 +117,21 @@ func TestExamples(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			initFile := f
-			if name == "demo" {
-				// The demo's checkpoint is written next to it, as `whale
+			world, isDemo := demoExamples[name]
+			if isDemo {
+				// A demo's checkpoint is written next to it, as `whale
 				// demo` does.
 				dir := t.TempDir()
-				initFile = filepath.Join(dir, "demo.yaml")
+				initFile = filepath.Join(dir, filepath.Base(f))
 				src, err := os.ReadFile(f)
 				if err != nil {
 					t.Fatal(err)
 				}
-				for path, data := range map[string][]byte{initFile: src, filepath.Join(dir, "pretrained.wlm"): demo.PretrainedCheckpoint()} {
+				e, err := spec.Parse(f, src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for path, data := range map[string][]byte{initFile: src, filepath.Join(dir, e.Model.Checkpoint): world.checkpoint()} {
 					if err := os.WriteFile(path, data, 0o644); err != nil {
 						t.Fatal(err)
 					}
@@ -164,7 +172,7 @@ func TestExamples(t *testing.T) {
 					t.Errorf("finetune.env WHALE_VLLM_ENDPOINTS %q, want model.endpoints %q", got, want)
 				}
 			}
-			if e.Domain != "demo" { // the demo's checkpoint is written next to it
+			if !isDemo { // a demo's checkpoint is written next to it
 				if c := e.Model.Checkpoint; filepath.IsAbs(c) && !strings.HasPrefix(c, "/models/") {
 					t.Errorf("model.checkpoint %s: an absolute path of an example is a user path under /models/", c)
 				}

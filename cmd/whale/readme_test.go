@@ -157,11 +157,11 @@ func TestREADMECommands(t *testing.T) {
 		{"whale report RUN... [--out DIR]", []string{"chess-whale", reportDir}, []string{"--root", root},
 			exitOK, []string{filepath.Join(reportDir, "index.html")}},
 		// A negative budget is refused before the demo starts.
-		{"whale demo [--dir DIR] [--quick] [--budget N] [--seeds N] [--all-schedules]", []string{filepath.Join(dir, "demo"), "-1", "2"}, nil,
+		{"whale demo [--dir DIR] [--world W] [--quick] [--budget N] [--seeds N] [--all-schedules]", []string{filepath.Join(dir, "demo"), "arithmetic", "-1", "2"}, nil,
 			exitUsage, []string{"--budget -1"}},
 		{"whale local serve --checkpoint FILE", []string{filepath.Join(dir, "missing.wlm")}, nil,
 			exitUsage, []string{"--checkpoint " + filepath.Join(dir, "missing.wlm")}},
-		{"whale local pretrain --out FILE", []string{checkpoint}, []string{"--steps", "1", "--batch", "2"},
+		{"whale local pretrain --out FILE [--world W]", []string{checkpoint, "search"}, []string{"--steps", "1", "--batch", "2"},
 			exitOK, []string{"wrote " + checkpoint + " (step 1"}},
 		{"whale version", nil, nil, exitOK, []string{"whale "}},
 	}
