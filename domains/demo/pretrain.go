@@ -162,29 +162,6 @@ type PretrainOptions = local.PretrainOptions
 // DefaultPretrain are the options of testdata/pretrained.wlm.
 var DefaultPretrain = PretrainOptions{Seed: 1, Steps: 1200, Batch: 32, LR: 3e-3, Warmup: 60, LogEvery: 100}
 
-func withDefaults(o PretrainOptions) PretrainOptions {
-	d := DefaultPretrain
-	if o.Seed == 0 {
-		o.Seed = d.Seed
-	}
-	if o.Steps == 0 {
-		o.Steps = d.Steps
-	}
-	if o.Batch == 0 {
-		o.Batch = d.Batch
-	}
-	if o.LR == 0 {
-		o.LR = d.LR
-	}
-	if o.Warmup == 0 {
-		o.Warmup = d.Warmup
-	}
-	if o.LogEvery == 0 {
-		o.LogEvery = d.LogEvery
-	}
-	return o
-}
-
 // Pretrain makes the demo's starting model from scratch (local.Pretrain
 // of DemoConfig) on conversations it generates from every problem: the
 // 255 facts are a lookup table a model cannot learn from some of them, so
@@ -193,7 +170,7 @@ func withDefaults(o PretrainOptions) PretrainOptions {
 func Pretrain(ctx context.Context, o PretrainOptions) (*local.Model, error) {
 	train := allProblems()
 	ctxLen := local.DemoConfig().Context
-	return local.Pretrain(ctx, local.DemoConfig(), withDefaults(o), func(rng *rand.Rand) (local.Example, bool, error) {
+	return local.Pretrain(ctx, local.DemoConfig(), o.Or(DefaultPretrain), func(rng *rand.Rand) (local.Example, bool, error) {
 		conv := Conversation(rng, train[rng.IntN(len(train))])
 		toks, mask, err := local.Encode(conv, false)
 		if err != nil {

@@ -177,25 +177,7 @@ var DefaultPretrain = PretrainOptions{Seed: 1, Steps: 4800, Batch: 32, LR: 3e-3,
 // the world's own entities never appear, so whatever the model knows of
 // a test entity it must have searched for.
 func Pretrain(ctx context.Context, o PretrainOptions) (*local.Model, error) {
-	d := DefaultPretrain
-	if o.Seed == 0 {
-		o.Seed = d.Seed
-	}
-	if o.Steps == 0 {
-		o.Steps = d.Steps
-	}
-	if o.Batch == 0 {
-		o.Batch = d.Batch
-	}
-	if o.LR == 0 {
-		o.LR = d.LR
-	}
-	if o.Warmup == 0 {
-		o.Warmup = d.Warmup
-	}
-	if o.LogEvery == 0 {
-		o.LogEvery = d.LogEvery
-	}
+	o = o.Or(DefaultPretrain)
 	tools, err := Tools()
 	if err != nil {
 		return nil, err

@@ -26,6 +26,30 @@ type PretrainOptions struct {
 	Every func(ctx context.Context, step int, m *Model) error
 }
 
+// Or returns o with every zero field of Seed, Steps, Batch, LR, Warmup and
+// LogEvery taken from d (a world's defaults).
+func (o PretrainOptions) Or(d PretrainOptions) PretrainOptions {
+	if o.Seed == 0 {
+		o.Seed = d.Seed
+	}
+	if o.Steps == 0 {
+		o.Steps = d.Steps
+	}
+	if o.Batch == 0 {
+		o.Batch = d.Batch
+	}
+	if o.LR == 0 {
+		o.LR = d.LR
+	}
+	if o.Warmup == 0 {
+		o.Warmup = d.Warmup
+	}
+	if o.LogEvery == 0 {
+		o.LogEvery = d.LogEvery
+	}
+	return o
+}
+
 // Draw makes one pretraining example from the data stream rng. ok false
 // skips it (the next draw continues the same stream), so that a world can
 // drop an example that would not fit without changing the ones after it.
