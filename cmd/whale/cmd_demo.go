@@ -98,7 +98,7 @@ var demoWorlds = []demoWorld{
 		name: "search", prefix: "searchdemo", example: "examples/searchdemo.yaml",
 		about:      "search QA about invented people whose facts live only in an embedded corpus, searched with the native search tool over a BM25 index",
 		checkpoint: searchdemo.PretrainedCheckpoint, prepare: prepareSearchDemo,
-		stagewise: 15, quickStagewise: 4,
+		stagewise: 3, quickStagewise: 2, // 1 round of 3 at 4000 rollouts (seeds 1-3); 1 round of 2 quick
 	},
 	{
 		name: "arithmetic", prefix: "demo", example: "examples/demo.yaml",
