@@ -342,3 +342,18 @@ func lastUserMessage(raw json.RawMessage) (string, string) {
 	}
 	return "", "no message with role \"user\""
 }
+
+// JSONLLine is t as one line JSONL reads back to t: id, domain, split,
+// question, answers and meta (when set, a JSON object), then "\n". The
+// demo worlds write their task files with it.
+func JSONLLine(t schemas.Task) ([]byte, error) {
+	line := map[string]any{"id": t.ID, "domain": t.Domain, "split": t.Split, "question": t.Question, "answers": t.Answers}
+	if t.Meta != "" {
+		line["meta"] = json.RawMessage(t.Meta)
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return nil, fmt.Errorf("task %s as JSONL: %w", t.ID, err)
+	}
+	return append(b, '\n'), nil
+}

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -129,14 +129,11 @@ func WriteDatasets(dir string, seed uint64) ([]string, error) {
 		}
 		var buf []byte
 		for _, t := range tasks {
-			line, err := json.Marshal(map[string]any{
-				"id": t.ID, "domain": t.Domain, "split": t.Split, "question": t.Question,
-				"answers": t.Answers, "meta": json.RawMessage(t.Meta),
-			})
+			line, err := importers.JSONLLine(t)
 			if err != nil {
-				return nil, fmt.Errorf("demo datasets: task %s: %w", t.ID, err)
+				return nil, fmt.Errorf("demo datasets: %w", err)
 			}
-			buf = append(append(buf, line...), '\n')
+			buf = append(buf, line...)
 		}
 		path := filepath.Join(dir, "demo-"+split+".jsonl")
 		if err := os.WriteFile(path, buf, 0o644); err != nil {

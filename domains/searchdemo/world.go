@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/whalerun/whale/domains/searchqa"
+	"github.com/whalerun/whale/importers"
 	"github.com/whalerun/whale/schemas"
 )
 
@@ -200,14 +201,11 @@ func (w *World) WriteFiles(dir string, seed uint64) (tasks []string, corpus stri
 		rng.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] })
 		var buf []byte
 		for _, t := range ts {
-			line, err := json.Marshal(map[string]any{
-				"id": t.ID, "domain": t.Domain, "split": t.Split, "question": t.Question,
-				"answers": t.Answers, "meta": json.RawMessage(t.Meta),
-			})
+			line, err := importers.JSONLLine(t)
 			if err != nil {
-				return nil, "", fmt.Errorf("search demo files: task %s: %w", t.ID, err)
+				return nil, "", fmt.Errorf("search demo files: %w", err)
 			}
-			buf = append(append(buf, line...), '\n')
+			buf = append(buf, line...)
 		}
 		path := filepath.Join(dir, "searchdemo-"+split+".jsonl")
 		if err := os.WriteFile(path, buf, 0o644); err != nil {
