@@ -22,6 +22,7 @@ import (
 	"github.com/whalerun/whale/domains/searchdemo"
 	"github.com/whalerun/whale/internal/progress"
 	"github.com/whalerun/whale/jobs"
+	"github.com/whalerun/whale/models/local"
 	"github.com/whalerun/whale/pipeline"
 	"github.com/whalerun/whale/pipeline/schedule"
 	"github.com/whalerun/whale/pipeline/spec"
@@ -91,6 +92,13 @@ type demoWorld struct {
 	// whale (fixed) ran at the shipped budget, so that both split the
 	// rollouts between the levers alike; quickStagewise for --quick.
 	stagewise, quickStagewise int
+	// pretrain makes the starting checkpoint from scratch (whale local
+	// pretrain); zero options take the world's defaults.
+	pretrain func(context.Context, local.PretrainOptions) (*local.Model, error)
+	// defaultSeed is the seed pretrain and files use by default.
+	defaultSeed uint64
+	// files writes the world's task files (and corpus) for --tasks-out.
+	files func(dir string, seed uint64) ([]string, error)
 }
 
 var demoWorlds = []demoWorld{
@@ -99,12 +107,18 @@ var demoWorlds = []demoWorld{
 		about:      "search QA about invented people whose facts live only in an embedded corpus, searched with the native search tool over a BM25 index",
 		checkpoint: searchdemo.PretrainedCheckpoint, prepare: prepareSearchDemo,
 		stagewise: 3, quickStagewise: 2, // 1 round of 3 at 4000 rollouts (seeds 1-3); 1 round of 2 quick
+		pretrain: searchdemo.Pretrain, defaultSeed: searchdemo.DefaultPretrain.Seed,
+		files: func(dir string, seed uint64) ([]string, error) {
+			tasks, corpus, err := searchdemo.NewWorld().WriteFiles(dir, seed)
+			return append(tasks, corpus), err
+		},
 	},
 	{
 		name: "arithmetic", prefix: "demo", example: "examples/demo.yaml",
 		about:      "single-digit arithmetic, where the only harness lever is the answer format, which the weights absorb",
 		checkpoint: demo.PretrainedCheckpoint, prepare: prepareArithmeticDemo,
 		stagewise: 15, quickStagewise: 4, // 5 rounds of 3 at 8000 rollouts (seeds 1-3); 2 rounds of 2 quick
+		pretrain: demo.Pretrain, defaultSeed: demo.DefaultPretrain.Seed, files: demo.WriteDatasets,
 	},
 }
 

@@ -1,34 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"runtime"
 
 	"github.com/urfave/cli/v2"
-	"github.com/whalerun/whale/domains/demo"
-	"github.com/whalerun/whale/domains/searchdemo"
 	"github.com/whalerun/whale/models/local"
 )
-
-// pretrainWorld is how one demo world makes its starting checkpoint.
-type pretrainWorld struct {
-	defaults local.PretrainOptions
-	pretrain func(context.Context, local.PretrainOptions) (*local.Model, error)
-	// tasks writes the world's task files (and corpus) to a directory.
-	tasks func(dir string, seed uint64) ([]string, error)
-}
-
-// pretrainWorlds are keyed by the demo worlds' names (demoWorlds).
-var pretrainWorlds = map[string]pretrainWorld{
-	"arithmetic": {defaults: demo.DefaultPretrain, pretrain: demo.Pretrain, tasks: demo.WriteDatasets},
-	"search": {defaults: searchdemo.DefaultPretrain, pretrain: searchdemo.Pretrain,
-		tasks: func(dir string, seed uint64) ([]string, error) {
-			tasks, corpus, err := searchdemo.NewWorld().WriteFiles(dir, seed)
-			return append(tasks, corpus), err
-		}},
-}
 
 // localPretrainCommand is `whale local pretrain`: it makes a demo world's
 // starting checkpoint from scratch, and optionally writes its task sets.
@@ -46,7 +25,7 @@ train, search and test tasks (and the search world's corpus) as JSONL.
 Zero --seed, --steps, --batch or --lr take the world's defaults.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Usage: "checkpoint `FILE` to write (required)"},
-			&cli.StringFlag{Name: "world", Value: demoWorlds[0].name, Usage: "the demo `WORLD`: search or arithmetic"},
+			&cli.StringFlag{Name: "world", Value: demoWorlds[0].name, Usage: "the demo `WORLD` (see whale demo --help)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed of the initialisation and of the data (default: the world's, 1)"},
 			&cli.IntFlag{Name: "steps", Usage: "optimiser steps (default: the world's)"},
 			&cli.IntFlag{Name: "batch", Usage: "conversations per step (default: the world's, 32)"},
@@ -65,9 +44,9 @@ Zero --seed, --steps, --batch or --lr take the world's defaults.`,
 			if p := c.Int("procs"); p < 1 {
 				return usagef("local pretrain: --procs %d, want ≥ 1", p)
 			}
-			w, ok := pretrainWorlds[c.String("world")]
-			if !ok {
-				return usagef("local pretrain: --world %q: want search or arithmetic", c.String("world"))
+			w, err := lookupDemoWorld(c.String("world"))
+			if err != nil {
+				return usageError{fmt.Errorf("local pretrain: %w", err)}
 			}
 			o := local.PretrainOptions{Seed: c.Uint64("seed"), Steps: c.Int("steps"), Batch: c.Int("batch"), LR: c.Float64("lr"), Log: slog.Default()}
 			if o.Steps < 0 || o.Batch < 0 || o.LR < 0 {
@@ -76,9 +55,9 @@ Zero --seed, --steps, --batch or --lr take the world's defaults.`,
 			if dir := c.String("tasks-out"); dir != "" {
 				seed := o.Seed
 				if seed == 0 {
-					seed = w.defaults.Seed
+					seed = w.defaultSeed
 				}
-				paths, err := w.tasks(dir, seed)
+				paths, err := w.files(dir, seed)
 				if err != nil {
 					return err
 				}
