@@ -84,12 +84,8 @@ func (w *World) Conversation(rng *rand.Rand) (msgs []schemas.Message, withTools 
 	withTools = rng.Float64() < toolsRate
 	// Most conversations use h0-local's layout (no system prompt, the bare
 	// question); the rest carry a prompt line the mutate proposer may add.
-	var sys []string
 	if rng.Float64() < 0.3 {
-		sys = append(sys, demo.NoiseSentences[rng.IntN(len(demo.NoiseSentences))])
-	}
-	if len(sys) > 0 {
-		msgs = append(msgs, schemas.Message{Role: "system", Content: strings.Join(sys, " ")})
+		msgs = append(msgs, schemas.Message{Role: "system", Content: demo.NoiseSentences[rng.IntN(len(demo.NoiseSentences))]})
 	}
 	user := fmt.Sprintf(Relations[r].Question, name)
 	if rng.IntN(8) == 0 {
