@@ -30,7 +30,9 @@ type localServeOptions struct {
 	// MaxInFlight bounds the requests handled at once (429 beyond it);
 	// 0 means the server's default.
 	MaxInFlight int
-	ready       func(url string) // tests: called once listening
+	// PrefixCacheMiB bounds the server's prefix cache; 0 turns it off.
+	PrefixCacheMiB int
+	ready          func(url string) // tests: called once listening
 }
 
 // DefaultTokenEnv is the variable --token-env names by default: when it
@@ -116,6 +118,7 @@ given 10 minutes, its body 30 seconds.`,
 					&cli.StringFlag{Name: "adapter-dir", Usage: "allow /v1/load_lora_adapter to load checkpoints under `DIR` only (default: loading off, 404)"},
 					tokenFlag(),
 					&cli.IntFlag{Name: "max-in-flight", Usage: "requests handled at once, more get 429 (`N`; default 256, 4 batches)"},
+					&cli.IntFlag{Name: "prefix-cache-mib", Value: localserve.DefaultPrefixCacheBytes >> 20, Usage: "keep the keys and values of recent sequences, up to `MIB`, so that a prompt extending one (an episode's next turn) is fed only from where they part; 0 turns the cache off"},
 				},
 				Action: action(func(c *cli.Context, args []string) error {
 					if len(args) != 0 {
@@ -123,7 +126,7 @@ given 10 minutes, its body 30 seconds.`,
 					}
 					return runLocalServe(c.Context, localServeOptions{Root: c.String("root"), Checkpoint: c.String("checkpoint"),
 						Addr: c.String("addr"), Name: c.String("name"), AdapterDir: c.String("adapter-dir"), Token: tokenOf(c),
-						MaxInFlight: c.Int("max-in-flight")}, c.App.Writer)
+						MaxInFlight: c.Int("max-in-flight"), PrefixCacheMiB: c.Int("prefix-cache-mib")}, c.App.Writer)
 				}),
 			},
 		},
@@ -166,6 +169,13 @@ func runLocalServe(ctx context.Context, o localServeOptions, out io.Writer) erro
 	if o.MaxInFlight < 0 {
 		return usagef("--max-in-flight %d: want ≥ 1", o.MaxInFlight)
 	}
+	cacheBytes := int64(o.PrefixCacheMiB) << 20
+	switch {
+	case o.PrefixCacheMiB < 0 || o.PrefixCacheMiB > 1<<20:
+		return usagef("--prefix-cache-mib %d: want 0 (off) to %d", o.PrefixCacheMiB, 1<<20)
+	case o.PrefixCacheMiB == 0:
+		cacheBytes = -1
+	}
 	if o.AdapterDir != "" {
 		if fi, err := os.Stat(o.AdapterDir); err != nil || !fi.IsDir() {
 			return usagef("--adapter-dir %s: not a directory", o.AdapterDir)
@@ -175,7 +185,8 @@ func runLocalServe(ctx context.Context, o localServeOptions, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	srv, err := localserve.New(m, localserve.Options{Name: o.Name, Root: o.Checkpoint, AdapterDir: o.AdapterDir, Token: token, MaxInFlight: o.MaxInFlight})
+	srv, err := localserve.New(m, localserve.Options{Name: o.Name, Root: o.Checkpoint, AdapterDir: o.AdapterDir, Token: token, MaxInFlight: o.MaxInFlight,
+		PrefixCacheBytes: cacheBytes})
 	if err != nil {
 		return usageError{err}
 	}

@@ -34,11 +34,14 @@ func pretrainedPath() string {
 // the search-QA domain.
 type bench struct {
 	m      *local.Model
+	srv    *localserve.Server
 	client *models.Client
 	dom    episode.Domain
 }
 
-func newBench(t *testing.T) *bench {
+// newBench serves the starting checkpoint with a prefix cache of
+// prefixCache bytes (0: the server's default, negative: none).
+func newBench(t *testing.T, prefixCache int64) *bench {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir() + "/index"
@@ -63,7 +66,7 @@ func newBench(t *testing.T) *bench {
 	if err != nil {
 		t.Fatalf("load the starting checkpoint (rebuild it with the command in README.md): %v", err)
 	}
-	srv, err := localserve.New(m, localserve.Options{Name: "searchdemo-local", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := localserve.New(m, localserve.Options{Name: "searchdemo-local", PrefixCacheBytes: prefixCache, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,7 @@ func newBench(t *testing.T) *bench {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bench{m: m, client: c, dom: searchqa.NewDomain(idx)}
+	return &bench{m: m, srv: srv, client: c, dom: searchqa.NewDomain(idx)}
 }
 
 // variant is h0-local with constants' assignments replaced ("TOPK", "3"),
@@ -223,11 +226,11 @@ func TestLevers(t *testing.T) {
 	score := func(b *bench, h *harness.Harness) float64 {
 		return meanReward(b.rollouts(t, h, test, testSamples, 1))
 	}
-	b := newBench(t)
+	b := newBench(t, 0)
 	base, harnessOnly := score(b, h0), score(b, top3)
 	b.rsft(t, h0, leverSteps, leverPerStep, leverG, leverLR)
 	weightsOnly, harnessAfter := score(b, h0), score(b, top3)
-	b2 := newBench(t)
+	b2 := newBench(t, 0)
 	b2.rsft(t, top3, leverSteps, leverPerStep, leverG, leverLR)
 	both := score(b2, top3)
 	t.Logf("test mean@%d over %d tasks: h0 %.3f, TOPK=3 %.3f; after %d RSFT steps under h0: h0 %.3f, TOPK=3 %.3f; after %d steps under TOPK=3: TOPK=3 %.3f",

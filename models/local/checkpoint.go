@@ -176,7 +176,7 @@ func DecodeCheckpoint(b []byte) (*Model, error) {
 		}
 		return out
 	}
-	m := &Model{cfg: h.Config, step: h.Step}
+	m := &Model{cfg: h.Config, id: modelIDs.Add(1), step: h.Step}
 	m.p = bind(h.Config, read(0))
 	if h.Optimizer {
 		m.opt = newAdam(h.Config, n)

@@ -18,7 +18,7 @@ func TestGenerateEachMatchesAlone(t *testing.T) {
 		{MaxNewTokens: 20, Temperature: 0},
 		{MaxNewTokens: 9, Temperature: 1.3, TopP: 0.9, Seed: 7},
 	}
-	got, err := m.GenerateEach(ctx, prompts, opts)
+	got, err := m.GenerateEach(ctx, prompts, opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,12 +34,12 @@ func TestGenerateEachMatchesAlone(t *testing.T) {
 			t.Errorf("prompt %d: %d tokens, max %d", i, len(got[i].Tokens), opts[i].MaxNewTokens)
 		}
 	}
-	if _, err := m.GenerateEach(ctx, prompts, opts[:1]); err == nil {
+	if _, err := m.GenerateEach(ctx, prompts, opts[:1], nil); err == nil {
 		t.Error("mismatched options accepted")
 	}
 	bad := slices.Clone(opts)
 	bad[2].MaxNewTokens = 0
-	if _, err := m.GenerateEach(ctx, prompts, bad); err == nil {
+	if _, err := m.GenerateEach(ctx, prompts, bad, nil); err == nil {
 		t.Error("max new tokens 0 accepted")
 	}
 }

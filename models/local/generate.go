@@ -56,21 +56,23 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opts SampleOption
 	for i := range prompts {
 		each[i], streams[i] = opts, uint64(i)
 	}
-	return m.generate(ctx, prompts, each, streams)
+	return m.generate(ctx, prompts, each, streams, nil)
 }
 
 // GenerateEach is Generate with options per prompt, for a server that
 // batches unrelated requests: prompt i is decoded under opts[i] and draws
 // from the PCG stream (opts[i].Seed, 0), so it gets exactly the tokens
 // Generate would give it alone with opts[i], whatever else is in the batch.
-func (m *Model) GenerateEach(ctx context.Context, prompts [][]int, opts []SampleOptions) ([]Generation, error) {
+// With a cache (nil: none), prompts start from the rows of earlier
+// sequences they extend, and every decoded sequence is offered to it.
+func (m *Model) GenerateEach(ctx context.Context, prompts [][]int, opts []SampleOptions, cache *PrefixCache) ([]Generation, error) {
 	if len(opts) != len(prompts) {
 		return nil, fmt.Errorf("generate: %d options for %d prompts", len(opts), len(prompts))
 	}
-	return m.generate(ctx, prompts, opts, make([]uint64, len(prompts)))
+	return m.generate(ctx, prompts, opts, make([]uint64, len(prompts)), cache)
 }
 
-func (m *Model) generate(ctx context.Context, prompts [][]int, opts []SampleOptions, streams []uint64) ([]Generation, error) {
+func (m *Model) generate(ctx context.Context, prompts [][]int, opts []SampleOptions, streams []uint64, cache *PrefixCache) ([]Generation, error) {
 	for i, o := range opts {
 		if o.MaxNewTokens <= 0 {
 			return nil, fmt.Errorf("generate: prompt %d: max new tokens %d, want > 0", i, o.MaxNewTokens)
@@ -93,6 +95,7 @@ func (m *Model) generate(ctx context.Context, prompts [][]int, opts []SampleOpti
 	if len(prompts) == 0 {
 		return out, nil
 	}
+	key, pw := m.cacheKey(), m.packedFor()
 	groups := shards(prompts, runtime.GOMAXPROCS(0))
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
@@ -102,8 +105,9 @@ func (m *Model) generate(ctx context.Context, prompts [][]int, opts []SampleOpti
 			if d == nil || d.cfg != m.cfg {
 				d = newDecoder(m.cfg, &m.p)
 			}
+			d.pw = pw
 			a, b := gr[0], gr[1]
-			errs[gi] = d.run(ctx, prompts[a:b], streams[a:b], opts[a:b], out[a:b])
+			errs[gi] = d.run(ctx, cache, key, prompts[a:b], streams[a:b], opts[a:b], out[a:b])
 			m.decoders.Put(d)
 		})
 	}
@@ -122,6 +126,7 @@ var prefillRows = 2048
 type decoder struct {
 	cfg Config
 	p   *params[float32]
+	pw  *packedWeights // nil without the sgemm kernel
 
 	kc, vc [][]float32 // per sequence: Layers × Heads × capacity × head width
 	slab   []float32   // backs kc and vc, kept across calls
@@ -170,9 +175,9 @@ func (dc *decoder) step(seq, pos, tok []int, logitRows []int) []float32 {
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for l := 0; l < cfg.Layers; l++ {
-		lp := &p.layers[l]
+		lp, pl := &p.layers[l], dc.pw.layer(l)
 		rmsNorm(R, d, x, lp.ln1g, dc.n, dc.r)
-		linear(R, d, 3*d, dc.n, lp.wqkv, lp.bqkv, dc.qkv)
+		dc.linear(R, d, 3*d, dc.n, lp.wqkv, pl.qkv, lp.bqkv, dc.qkv)
 		for i := 0; i < R; i++ {
 			capa := len(dc.kc[seq[i]]) / (cfg.Layers * d)
 			for h := 0; h < nh; h++ {
@@ -190,9 +195,13 @@ func (dc *decoder) step(seq, pos, tok []int, logitRows []int) []float32 {
 				o := (l*nh + h) * capa * hd
 				q := dc.qkv[i*3*d+h*hd : i*3*d+(h+1)*hd]
 				attnScores(q, dc.kc[seq[i]][o:o+L*hd], s, hd, scale)
+				// Not the max builtin: its NaN rules cost more than the
+				// whole softmax (7 s of a 72 s profile of whale demo --quick).
 				mx := s[0]
 				for _, v := range s {
-					mx = max(mx, v)
+					if v > mx {
+						mx = v
+					}
 				}
 				var sum float32
 				for j, v := range s {
@@ -207,16 +216,16 @@ func (dc *decoder) step(seq, pos, tok []int, logitRows []int) []float32 {
 				attnMix(s, dc.vc[seq[i]][o:o+L*hd], dc.att[i*d+h*hd:i*d+(h+1)*hd], hd)
 			}
 		}
-		linear(R, d, d, dc.att, lp.wo, lp.bo, dc.h)
+		dc.linear(R, d, d, dc.att, lp.wo, pl.o, lp.bo, dc.h)
 		axpyRow(dc.h[:R*d], x)
 		rmsNorm(R, d, dc.h, lp.ln2g, dc.n, dc.r)
-		linear(R, d, f, dc.n, lp.w1, lp.b1, dc.a)
+		dc.linear(R, d, f, dc.n, lp.w1, pl.w1, lp.b1, dc.a)
 		for j, v := range dc.a[:R*f] {
 			if v < 0 {
 				dc.a[j] = 0
 			}
 		}
-		linear(R, f, d, dc.a, lp.w2, lp.b2, x)
+		dc.linear(R, f, d, dc.a, lp.w2, pl.w2, lp.b2, x)
 		axpyRow(x, dc.h[:R*d])
 	}
 	nlr := len(logitRows)
@@ -224,8 +233,70 @@ func (dc *decoder) step(seq, pos, tok []int, logitRows []int) []float32 {
 		copy(dc.lg[k*d:(k+1)*d], x[i*d:(i+1)*d])
 	}
 	rmsNorm(nlr, d, dc.lg, p.lnfg, dc.n, dc.r)
-	linear(nlr, d, cfg.Vocab, dc.n, p.outw, p.outb, dc.logits)
+	dc.linear(nlr, d, cfg.Vocab, dc.n, p.outw, dc.pw.outw(), p.outb, dc.logits)
 	return dc.logits[:nlr*cfg.Vocab]
+}
+
+// linear is the network's linear layer, from packed weights when the
+// kernel has them.
+func (dc *decoder) linear(n, in, out int, x, w, packed, b, y []float32) {
+	if packed != nil {
+		linearPacked(n, in, out, x, packed, b, y)
+		return
+	}
+	linear(n, in, out, x, w, b, y)
+}
+
+// packedWeights holds the decoder's weight matrices packed by packB for
+// the model's weights at step.
+type packedWeights struct {
+	step   int64
+	layers []packedLayer
+	out    []float32 // the output projection
+}
+
+type packedLayer struct{ qkv, o, w1, w2 []float32 }
+
+// layer returns layer l's matrices; none from a nil receiver (no kernel).
+func (pw *packedWeights) layer(l int) packedLayer {
+	if pw == nil {
+		return packedLayer{}
+	}
+	return pw.layers[l]
+}
+
+func (pw *packedWeights) outw() []float32 {
+	if pw == nil {
+		return nil
+	}
+	return pw.out
+}
+
+// packedFor returns the weights packed for the model's current step,
+// packing them on the first call after a TrainStep; nil without the
+// kernel.
+func (m *Model) packedFor() *packedWeights {
+	if !hasKernel {
+		return nil
+	}
+	m.packMu.Lock()
+	defer m.packMu.Unlock()
+	if m.packed != nil && m.packed.step == m.step {
+		return m.packed
+	}
+	d, f := m.cfg.DModel, m.cfg.DFF
+	pw := &packedWeights{step: m.step}
+	for _, lp := range m.p.layers {
+		pw.layers = append(pw.layers, packedLayer{
+			qkv: packB(false, 3*d, d, lp.wqkv, 3*d, nil),
+			o:   packB(false, d, d, lp.wo, d, nil),
+			w1:  packB(false, f, d, lp.w1, f, nil),
+			w2:  packB(false, d, f, lp.w2, d, nil),
+		})
+	}
+	pw.out = packB(false, m.cfg.Vocab, d, m.p.outw, m.cfg.Vocab, nil)
+	m.packed = pw
+	return pw
 }
 
 type seqState struct {
@@ -236,7 +307,7 @@ type seqState struct {
 	reason string
 }
 
-func (dc *decoder) run(ctx context.Context, prompts [][]int, streams []uint64, opts []SampleOptions, out []Generation) error {
+func (dc *decoder) run(ctx context.Context, cache *PrefixCache, key uint64, prompts [][]int, streams []uint64, opts []SampleOptions, out []Generation) error {
 	cfg := dc.cfg
 	st := make([]seqState, len(prompts))
 	dc.kc = grow(dc.kc, len(prompts))
@@ -256,8 +327,12 @@ func (dc *decoder) run(ctx context.Context, prompts [][]int, streams []uint64, o
 		dc.vc[i] = dc.slab[off+n : off+2*n : off+2*n]
 		off += 2 * n
 		st[i] = seqState{tokens: slices.Clone(p), prompt: len(p), rng: rand.New(rand.NewPCG(opts[i].Seed, streams[i]))}
-		for t, id := range p {
-			seq, pos, tok = append(seq, i), append(pos, t), append(tok, id)
+		from := 0
+		if cache != nil {
+			from = dc.reuse(cache, key, i, p)
+		}
+		for t := from; t < len(p); t++ {
+			seq, pos, tok = append(seq, i), append(pos, t), append(tok, p[t])
 		}
 		lrows = append(lrows, len(tok)-1)
 		live = append(live, i)
@@ -317,11 +392,47 @@ func (dc *decoder) run(ctx context.Context, prompts [][]int, streams []uint64, o
 		logits = nil
 	}
 	for i := range st {
+		if cache != nil {
+			dc.offer(cache, key, i, st[i].tokens[:len(st[i].tokens)-1])
+		}
 		gen := st[i].tokens[st[i].prompt:]
 		text, _ := Decode(gen)
 		out[i] = Generation{Text: text, Tokens: gen, PromptTokens: st[i].prompt, CompletionTokens: len(gen), FinishReason: st[i].reason}
 	}
 	return nil
+}
+
+// reuse copies into sequence i's caches the rows of the longest prefix of
+// prompt the cache holds and returns its length.
+func (dc *decoder) reuse(cache *PrefixCache, key uint64, i int, prompt []int) int {
+	e, n := cache.lookup(key, prompt)
+	cache.reusedRows.Add(int64(n))
+	cache.fedRows.Add(int64(len(prompt) - n))
+	if e == nil {
+		return 0
+	}
+	hd := dc.cfg.DModel / dc.cfg.Heads
+	blocks := dc.cfg.Layers * dc.cfg.Heads
+	capa, held := len(dc.kc[i])/(blocks*hd), len(e.tokens)
+	vals := e.kv[blocks*held*hd:]
+	for b := 0; b < blocks; b++ {
+		copy(dc.kc[i][b*capa*hd:b*capa*hd+n*hd], e.kv[b*held*hd:])
+		copy(dc.vc[i][b*capa*hd:b*capa*hd+n*hd], vals[b*held*hd:])
+	}
+	return n
+}
+
+// offer gives the cache the rows of sequence i's fed tokens.
+func (dc *decoder) offer(cache *PrefixCache, key uint64, i int, fed []int) {
+	hd := dc.cfg.DModel / dc.cfg.Heads
+	blocks := dc.cfg.Layers * dc.cfg.Heads
+	capa, n := len(dc.kc[i])/(blocks*hd), len(fed)
+	kv := make([]float32, 2*blocks*n*hd)
+	for b := 0; b < blocks; b++ {
+		copy(kv[b*n*hd:(b+1)*n*hd], dc.kc[i][b*capa*hd:])
+		copy(kv[(blocks+b)*n*hd:(blocks+b+1)*n*hd], dc.vc[i][b*capa*hd:])
+	}
+	cache.store(key, slices.Clone(fed), kv)
 }
 
 // sample draws one token id from logits under opts; with temperature 0

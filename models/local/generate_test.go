@@ -28,41 +28,60 @@ var smallCfg = Config{Vocab: TokenizerVocab, Layers: 2, DModel: 32, Heads: 4, DF
 
 // TestKVCacheMatchesFullForward feeds a prompt in one step, then one token
 // at a time, and compares each step's logits with a full forward pass
-// over the whole sequence.
+// over the whole sequence: with the weights as stored, packed for the
+// kernel, and packed again after a training step changed them.
 func TestKVCacheMatchesFullForward(t *testing.T) {
 	m := newTestModel(t, smallCfg, 1)
 	V := smallCfg.Vocab
 	seqTokens := EncodeText("the quick brown fox jumps over the lazy dog")
-	for _, promptLen := range []int{1, 5, 20} {
-		dc := newDecoder(smallCfg, &m.p)
-		dc.kc = [][]float32{make([]float32, smallCfg.Layers*smallCfg.Context*smallCfg.DModel)}
-		dc.vc = [][]float32{make([]float32, smallCfg.Layers*smallCfg.Context*smallCfg.DModel)}
-		var cached [][]float32
-		var seq, pos []int
-		for t := range promptLen {
-			seq, pos = append(seq, 0), append(pos, t)
+	for _, tc := range []struct {
+		name         string
+		packed, step bool
+	}{{"plain", false, false}, {"packed", true, false}, {"packed after a step", true, true}} {
+		if tc.packed && !hasKernel {
+			continue // no kernel, nothing is packed
 		}
-		cached = append(cached, slices.Clone(dc.step(seq, pos, seqTokens[:promptLen], []int{promptLen - 1})))
-		for t := promptLen; t < len(seqTokens); t++ {
-			cached = append(cached, slices.Clone(dc.step([]int{0}, []int{t}, seqTokens[t:t+1], []int{0})))
-		}
-		var ws workspace[float32]
-		tg := make([]int, len(seqTokens))
-		for i := range tg {
-			tg[i] = -1
-		}
-		ws.prepare(smallCfg, [][]int{seqTokens}, [][]int{tg}, false)
-		ws.forward(&m.p, true, 0)
-		worst := 0.0
-		for k, lg := range cached {
-			row := promptLen - 1 + k
-			full := ws.logits[row*V : (row+1)*V]
-			for j := range lg {
-				worst = math.Max(worst, math.Abs(float64(lg[j]-full[j])))
+		if tc.step {
+			ex := Example{Tokens: seqTokens, Mask: make([]bool, len(seqTokens))}
+			ex.Mask[len(ex.Mask)-1] = true
+			if _, err := m.TrainStep(context.Background(), []Example{ex}, TrainOptions{LR: 0.05}); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if worst > 1e-3 {
-			t.Errorf("prompt %d: cached logits differ from full forward by %g", promptLen, worst)
+		for _, promptLen := range []int{1, 5, 20} {
+			dc := newDecoder(smallCfg, &m.p)
+			if tc.packed {
+				dc.pw = m.packedFor()
+			}
+			dc.kc = [][]float32{make([]float32, smallCfg.Layers*smallCfg.Context*smallCfg.DModel)}
+			dc.vc = [][]float32{make([]float32, smallCfg.Layers*smallCfg.Context*smallCfg.DModel)}
+			var cached [][]float32
+			var seq, pos []int
+			for t := range promptLen {
+				seq, pos = append(seq, 0), append(pos, t)
+			}
+			cached = append(cached, slices.Clone(dc.step(seq, pos, seqTokens[:promptLen], []int{promptLen - 1})))
+			for t := promptLen; t < len(seqTokens); t++ {
+				cached = append(cached, slices.Clone(dc.step([]int{0}, []int{t}, seqTokens[t:t+1], []int{0})))
+			}
+			var ws workspace[float32]
+			tg := make([]int, len(seqTokens))
+			for i := range tg {
+				tg[i] = -1
+			}
+			ws.prepare(smallCfg, [][]int{seqTokens}, [][]int{tg}, false)
+			ws.forward(&m.p, true, 0)
+			worst := 0.0
+			for k, lg := range cached {
+				row := promptLen - 1 + k
+				full := ws.logits[row*V : (row+1)*V]
+				for j := range lg {
+					worst = math.Max(worst, math.Abs(float64(lg[j]-full[j])))
+				}
+			}
+			if worst > 1e-3 {
+				t.Errorf("%s, prompt %d: cached logits differ from full forward by %g", tc.name, promptLen, worst)
+			}
 		}
 	}
 }

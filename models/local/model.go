@@ -15,6 +15,7 @@ import (
 // other; TrainStep writes them and needs the model to itself.
 type Model struct {
 	cfg  Config
+	id   uint64 // from modelIDs: names the weights in a PrefixCache, with step
 	p    params[float32]
 	step int64
 	opt  *adamState // nil until the first TrainStep or a checkpoint with one
@@ -22,6 +23,9 @@ type Model struct {
 	trainMu  sync.Mutex
 	workers  []*trainWorker
 	decoders sync.Pool // *decoder: buffers and KV caches reused across Generate calls
+
+	packMu sync.Mutex
+	packed *packedWeights // the decoder's weights as the kernel reads them; see packedFor
 }
 
 // Config returns the model's shape.
@@ -43,7 +47,7 @@ func New(cfg Config, seed uint64) (*Model, error) {
 	}
 	flat := make([]float32, cfg.NumParams())
 	initParams(cfg, seed, flat)
-	return &Model{cfg: cfg, p: bind(cfg, flat)}, nil
+	return &Model{cfg: cfg, id: modelIDs.Add(1), p: bind(cfg, flat)}, nil
 }
 
 func initParams[T float](cfg Config, seed uint64, flat []T) {

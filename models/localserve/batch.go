@@ -56,14 +56,17 @@ func (s *Server) run(batch []*job) {
 			prompts[i], opts[i] = j.prompt, j.opts
 		}
 		s.calls.Add(1)
-		start := time.Now()
-		gens, err := sv.m.GenerateEach(s.ctx, prompts, opts)
+		start, before := time.Now(), s.PrefixStats()
+		gens, err := sv.m.GenerateEach(s.ctx, prompts, opts, s.prefix)
 		if err == nil {
 			tokens := 0
 			for _, g := range gens {
 				tokens += g.CompletionTokens
 			}
-			s.log.Debug("localserve: batch decoded", "model", sv.name, "requests", len(js), "tokens", tokens, "seconds", time.Since(start).Seconds())
+			after := s.PrefixStats()
+			s.log.Debug("localserve: batch decoded", "model", sv.name, "requests", len(js), "tokens", tokens,
+				"prompt_rows_fed", after.FedRows-before.FedRows, "prompt_rows_cached", after.ReusedRows-before.ReusedRows,
+				"seconds", time.Since(start).Seconds())
 		}
 		for i, j := range js {
 			if err != nil {
@@ -73,6 +76,15 @@ func (s *Server) run(batch []*job) {
 			}
 		}
 	}
+}
+
+// PrefixStats counts the prompt rows the prefix cache gave and those the
+// model computed since the server started; zero when the cache is off.
+func (s *Server) PrefixStats() local.PrefixStats {
+	if s.prefix == nil {
+		return local.PrefixStats{}
+	}
+	return s.prefix.Stats()
 }
 
 // --- models and adapters ---

@@ -39,6 +39,9 @@ const (
 	DefaultMaxAdapterBytes = 1 << 30
 	DefaultRequestTimeout  = 10 * time.Minute
 	DefaultReadTimeout     = 30 * time.Second
+	// The demo model keeps 2 KiB of keys and values per token: 128 MiB
+	// holds both turns of ~100 episodes of 600 tokens.
+	DefaultPrefixCacheBytes = 128 << 20
 )
 
 // Options tune a Server. Zero values take the defaults noted.
@@ -83,6 +86,11 @@ type Options struct {
 	// Retry-After. Default DefaultRequestTimeout (10 min, the whale
 	// client's own attempt timeout): long generations are slow on a CPU.
 	RequestTimeout time.Duration
+	// PrefixCacheBytes bounds the keys and values of recent sequences kept
+	// so that a prompt extending one (an episode's next turn) is fed only
+	// from where they part (local.PrefixCache); default
+	// DefaultPrefixCacheBytes, negative turns the cache off.
+	PrefixCacheBytes int64
 	// ReadTimeout bounds reading one request, headers and body, on the
 	// server Listen starts; default DefaultReadTimeout (30 s). Its write
 	// timeout is ReadTimeout + RequestTimeout + 30 s, so a reply that
@@ -107,7 +115,8 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	calls  atomic.Int64 // batched Generate calls so far; the tests read it
+	calls  atomic.Int64       // batched Generate calls so far; the tests read it
+	prefix *local.PrefixCache // nil when Options.PrefixCacheBytes < 0
 	ids    atomic.Uint64
 }
 
@@ -160,8 +169,14 @@ func New(base *local.Model, o Options) (*Server, error) {
 	if o.ReadTimeout <= 0 {
 		o.ReadTimeout = DefaultReadTimeout
 	}
+	if o.PrefixCacheBytes == 0 {
+		o.PrefixCacheBytes = DefaultPrefixCacheBytes
+	}
 	s := &Server{opts: o, log: o.Log, models: map[string]*served{}, queue: make(chan *job), done: make(chan struct{}),
 		loading: make(chan struct{}, 1)}
+	if o.PrefixCacheBytes > 0 {
+		s.prefix = local.NewPrefixCache(o.PrefixCacheBytes)
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

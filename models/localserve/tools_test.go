@@ -324,9 +324,20 @@ func TestToolsEndToEnd(t *testing.T) {
 	}
 	// The answer goes back into the history and renders as the model wrote
 	// it: the next prompt starts with the tokens the model was trained on.
+	// The prefix cache then hands the second call every row of the first:
+	// its prompt and what the model wrote, but the last token (never fed).
 	hist := append(append([]schemas.Message{}, hi...), r.Message(), schemas.Message{Role: "tool", Content: "1", ToolCallID: r.ToolCalls[0].ID})
-	if _, err := f.client.Chat(context.Background(), models.Request{Messages: hist, Tools: tools, Sampling: greedy(4)}); err != nil {
+	before := f.srv.PrefixStats()
+	r2, err := f.client.Chat(context.Background(), models.Request{Messages: hist, Tools: tools, Sampling: greedy(4)})
+	if err != nil {
 		t.Fatal(err)
+	}
+	after := f.srv.PrefixStats()
+	if reused, want := after.ReusedRows-before.ReusedRows, r.PromptTokens+r.CompletionTokens-1; reused != want {
+		t.Errorf("second call took %d prompt rows from the cache, want %d (the first call's %d prompt and %d completion tokens, the last not fed)", reused, want, r.PromptTokens, r.CompletionTokens)
+	}
+	if fed := after.FedRows - before.FedRows; fed+(after.ReusedRows-before.ReusedRows) != r2.PromptTokens {
+		t.Errorf("second call: %d rows fed and %d cached for %d prompt tokens", fed, after.ReusedRows-before.ReusedRows, r2.PromptTokens)
 	}
 
 	root := strings.TrimSuffix(f.url, "/v1")
