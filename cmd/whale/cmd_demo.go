@@ -247,9 +247,10 @@ and harness-only (--all-schedules adds stagewise and FST), each once per
 seed (--seeds: 3 by default). The seed changes sampling, the order of the
 training tasks and the proposer's choices; the data split stays the same.
 Every run samples from the built-in model, fine-tunes it on CPU, searches
-harnesses with the mutate proposer and scores mean@8 on the test split
-after each phase. Then it writes an HTML report to DIR/report and prints
-each schedule's mean and spread over seeds: peak and final test mean@8,
+harnesses with an offline proposer (archive in the search world, mutate in
+the arithmetic one) and scores mean@8 on the test split after each phase.
+Then it writes an HTML report to DIR/report and prints each schedule's
+mean and spread over seeds: peak and final test mean@8,
 the score at equal spend (the smallest spend any run reached) and the
 rollouts spent.
 
