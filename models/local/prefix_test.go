@@ -34,7 +34,6 @@ func secondTurns(first [][]int, gens []Generation, cut int) [][]int {
 // and with prompts split across prefill chunks.
 func TestPrefixCacheSameTokens(t *testing.T) {
 	m := newTestModel(t, prefixCfg, 5)
-	ctx := context.Background()
 	var first [][]int
 	var opts []SampleOptions
 	for i := range 9 {
@@ -50,34 +49,10 @@ func TestPrefixCacheSameTokens(t *testing.T) {
 			defer func(r int) { prefillRows = r }(prefillRows)
 			prefillRows = tc.prefill
 			cache := NewPrefixCache(64 << 20)
-			gens, err := m.GenerateEach(ctx, first, opts, cache)
-			if err != nil {
-				t.Fatal(err)
-			}
-			plain, err := m.GenerateEach(ctx, first, opts, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range gens {
-				if !slices.Equal(gens[i].Tokens, plain[i].Tokens) {
-					t.Fatalf("first turn %d: %v with a cache, %v without", i, gens[i].Tokens, plain[i].Tokens)
-				}
-			}
+			gens := sameWithCache(t, m, "first turn", first, opts, cache)
 			before := cache.Stats()
 			second := secondTurns(first, gens, tc.cut)
-			cached, err := m.GenerateEach(ctx, second, opts, cache)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fresh, err := m.GenerateEach(ctx, second, opts, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range cached {
-				if !slices.Equal(cached[i].Tokens, fresh[i].Tokens) {
-					t.Errorf("second turn %d: %v from cached rows, %v fed again", i, cached[i].Tokens, fresh[i].Tokens)
-				}
-			}
+			sameWithCache(t, m, "second turn", second, opts, cache)
 			st := cache.Stats()
 			reused, want := st.ReusedRows-before.ReusedRows, 0
 			for i := range first {
@@ -92,6 +67,27 @@ func TestPrefixCacheSameTokens(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameWithCache decodes prompts with the cache and without it, fails the
+// test unless every prompt gets the same tokens, and returns them.
+func sameWithCache(t *testing.T, m *Model, what string, prompts [][]int, opts []SampleOptions, cache *PrefixCache) []Generation {
+	t.Helper()
+	ctx := context.Background()
+	cached, err := m.GenerateEach(ctx, prompts, opts, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := m.GenerateEach(ctx, prompts, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cached {
+		if !slices.Equal(cached[i].Tokens, fresh[i].Tokens) {
+			t.Fatalf("%s %d: %v with the cache, %v without", what, i, cached[i].Tokens, fresh[i].Tokens)
+		}
+	}
+	return cached
 }
 
 func commonPrefix(a, b []int) int {
