@@ -35,6 +35,7 @@ type prefixEntry struct {
 	tokens []int     // the tokens whose rows are held
 	kv     []float32 // keys then values: Layers × Heads × len(tokens) × head width each
 	hashes []uint64  // hashes[k] indexes tokens[:(k+1)·prefixBlock]
+	live   int       // hashes whose index slot still names this entry
 	elem   *list.Element
 }
 
@@ -120,24 +121,40 @@ func (c *PrefixCache) store(key uint64, tokens []int, kv []float32) {
 	e := &prefixEntry{tokens: tokens, kv: kv, hashes: prefixHashes(key, tokens)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.used+size > c.limit {
-		c.evict(c.lru.Back().Value.(*prefixEntry))
-	}
 	e.elem = c.lru.PushFront(e)
 	c.used += size
+	// The newest sequence takes over every block it shares. One left with
+	// no block is unreachable (a lookup lands on the entry of the last
+	// block it finds), so it goes at once: an episode's second turn frees
+	// its first, whose rows it holds too.
 	for _, h := range e.hashes {
+		if old := c.blocks[h]; old != nil {
+			if old.live--; old.live == 0 {
+				c.drop(old)
+			}
+		}
 		c.blocks[h] = e
+		e.live++
+	}
+	for c.used > c.limit {
+		c.evict(c.lru.Back().Value.(*prefixEntry))
 	}
 }
 
+// evict drops e and its index slots.
 func (c *PrefixCache) evict(e *prefixEntry) {
-	c.lru.Remove(e.elem)
-	c.used -= int64(4 * len(e.kv))
 	for _, h := range e.hashes {
 		if c.blocks[h] == e {
 			delete(c.blocks, h)
 		}
 	}
+	c.drop(e)
+}
+
+// drop forgets e, whose index slots name other entries or are gone.
+func (c *PrefixCache) drop(e *prefixEntry) {
+	c.lru.Remove(e.elem)
+	c.used -= int64(4 * len(e.kv))
 }
 
 // modelIDs numbers models for PrefixCache keys.

@@ -191,3 +191,38 @@ func TestPrefixCacheLimit(t *testing.T) {
 		t.Errorf("a 16-token prompt reused %d rows, want 0 (15 usable tokens make no whole block)", n)
 	}
 }
+
+// TestPrefixCacheSupersede: a sequence that holds another whole (an
+// episode's next turn holding its first) frees it; one that parts from it
+// within its whole blocks (another sample of the same prompt) leaves it.
+func TestPrefixCacheSupersede(t *testing.T) {
+	const key, row = 3, 10
+	tokens := func(n, tail int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = i % 7
+		}
+		for i := n - tail; i < n; i++ {
+			s[i] = 100 + tail
+		}
+		return s
+	}
+	c := NewPrefixCache(1 << 20)
+	first := tokens(40, 0)
+	c.store(key, first, make([]float32, row*40))
+	c.store(key, tokens(40, 10), make([]float32, row*40)) // another sample: shares 30 tokens, so 1 block
+	if c.lru.Len() != 2 || c.used != 2*4*row*40 {
+		t.Fatalf("two samples sharing a start: %d entries, %d bytes", c.lru.Len(), c.used)
+	}
+	next := append(slices.Clone(first), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+	c.store(key, next, make([]float32, row*60))
+	if c.lru.Len() != 2 || c.used != 4*row*(40+60) {
+		t.Errorf("after the next turn: %d entries, %d bytes, want the other sample and the next turn (%d bytes)", c.lru.Len(), c.used, 4*row*100)
+	}
+	if e, n := c.lookup(key, append(slices.Clone(first), 99)); n != 40 || len(e.tokens) != 60 {
+		t.Errorf("the first turn's prompt found %d rows in an entry of %d tokens, want 40 in the next turn's", n, len(e.tokens))
+	}
+	if _, n := c.lookup(key, append(tokens(40, 10), 99)); n != 40 {
+		t.Errorf("the other sample found %d rows, want 40", n)
+	}
+}
