@@ -237,68 +237,6 @@ func (dc *decoder) step(seq, pos, tok []int, logitRows []int) []float32 {
 	return dc.logits[:nlr*cfg.Vocab]
 }
 
-// linear is the network's linear layer, from packed weights when the
-// kernel has them.
-func (dc *decoder) linear(n, in, out int, x, w, packed, b, y []float32) {
-	if packed != nil {
-		linearPacked(n, in, out, x, packed, b, y)
-		return
-	}
-	linear(n, in, out, x, w, b, y)
-}
-
-// packedWeights holds the decoder's weight matrices packed by packB for
-// the model's weights at step.
-type packedWeights struct {
-	step   int64
-	layers []packedLayer
-	out    []float32 // the output projection
-}
-
-type packedLayer struct{ qkv, o, w1, w2 []float32 }
-
-// layer returns layer l's matrices; none from a nil receiver (no kernel).
-func (pw *packedWeights) layer(l int) packedLayer {
-	if pw == nil {
-		return packedLayer{}
-	}
-	return pw.layers[l]
-}
-
-func (pw *packedWeights) outw() []float32 {
-	if pw == nil {
-		return nil
-	}
-	return pw.out
-}
-
-// packedFor returns the weights packed for the model's current step,
-// packing them on the first call after a TrainStep; nil without the
-// kernel.
-func (m *Model) packedFor() *packedWeights {
-	if !hasKernel {
-		return nil
-	}
-	m.packMu.Lock()
-	defer m.packMu.Unlock()
-	if m.packed != nil && m.packed.step == m.step {
-		return m.packed
-	}
-	d, f := m.cfg.DModel, m.cfg.DFF
-	pw := &packedWeights{step: m.step}
-	for _, lp := range m.p.layers {
-		pw.layers = append(pw.layers, packedLayer{
-			qkv: packB(false, 3*d, d, lp.wqkv, 3*d, nil),
-			o:   packB(false, d, d, lp.wo, d, nil),
-			w1:  packB(false, f, d, lp.w1, f, nil),
-			w2:  packB(false, d, f, lp.w2, d, nil),
-		})
-	}
-	pw.out = packB(false, m.cfg.Vocab, d, m.p.outw, m.cfg.Vocab, nil)
-	m.packed = pw
-	return pw
-}
-
 type seqState struct {
 	tokens []int // prompt then generated
 	prompt int
@@ -400,39 +338,6 @@ func (dc *decoder) run(ctx context.Context, cache *PrefixCache, key uint64, prom
 		out[i] = Generation{Text: text, Tokens: gen, PromptTokens: st[i].prompt, CompletionTokens: len(gen), FinishReason: st[i].reason}
 	}
 	return nil
-}
-
-// reuse copies into sequence i's caches the rows of the longest prefix of
-// prompt the cache holds and returns its length.
-func (dc *decoder) reuse(cache *PrefixCache, key uint64, i int, prompt []int) int {
-	e, n := cache.lookup(key, prompt)
-	cache.reusedRows.Add(int64(n))
-	cache.fedRows.Add(int64(len(prompt) - n))
-	if e == nil {
-		return 0
-	}
-	hd := dc.cfg.DModel / dc.cfg.Heads
-	blocks := dc.cfg.Layers * dc.cfg.Heads
-	capa, held := len(dc.kc[i])/(blocks*hd), len(e.tokens)
-	vals := e.kv[blocks*held*hd:]
-	for b := 0; b < blocks; b++ {
-		copy(dc.kc[i][b*capa*hd:b*capa*hd+n*hd], e.kv[b*held*hd:])
-		copy(dc.vc[i][b*capa*hd:b*capa*hd+n*hd], vals[b*held*hd:])
-	}
-	return n
-}
-
-// offer gives the cache the rows of sequence i's fed tokens.
-func (dc *decoder) offer(cache *PrefixCache, key uint64, i int, fed []int) {
-	hd := dc.cfg.DModel / dc.cfg.Heads
-	blocks := dc.cfg.Layers * dc.cfg.Heads
-	capa, n := len(dc.kc[i])/(blocks*hd), len(fed)
-	kv := make([]float32, 2*blocks*n*hd)
-	for b := 0; b < blocks; b++ {
-		copy(kv[b*n*hd:(b+1)*n*hd], dc.kc[i][b*capa*hd:])
-		copy(kv[(blocks+b)*n*hd:(blocks+b+1)*n*hd], dc.vc[i][b*capa*hd:])
-	}
-	cache.store(key, slices.Clone(fed), kv)
 }
 
 // sample draws one token id from logits under opts; with temperature 0

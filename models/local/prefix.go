@@ -2,6 +2,7 @@ package local
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -164,4 +165,37 @@ var modelIDs atomic.Uint64
 // TrainStep, which advances step.
 func (m *Model) cacheKey() uint64 {
 	return mix64(mix64(m.id) ^ uint64(m.step))
+}
+
+// reuse copies into sequence i's caches the rows of the longest prefix of
+// prompt the cache holds and returns its length.
+func (dc *decoder) reuse(cache *PrefixCache, key uint64, i int, prompt []int) int {
+	e, n := cache.lookup(key, prompt)
+	cache.reusedRows.Add(int64(n))
+	cache.fedRows.Add(int64(len(prompt) - n))
+	if e == nil {
+		return 0
+	}
+	hd := dc.cfg.DModel / dc.cfg.Heads
+	blocks := dc.cfg.Layers * dc.cfg.Heads
+	capa, held := len(dc.kc[i])/(blocks*hd), len(e.tokens)
+	vals := e.kv[blocks*held*hd:]
+	for b := 0; b < blocks; b++ {
+		copy(dc.kc[i][b*capa*hd:b*capa*hd+n*hd], e.kv[b*held*hd:])
+		copy(dc.vc[i][b*capa*hd:b*capa*hd+n*hd], vals[b*held*hd:])
+	}
+	return n
+}
+
+// offer gives the cache the rows of sequence i's fed tokens.
+func (dc *decoder) offer(cache *PrefixCache, key uint64, i int, fed []int) {
+	hd := dc.cfg.DModel / dc.cfg.Heads
+	blocks := dc.cfg.Layers * dc.cfg.Heads
+	capa, n := len(dc.kc[i])/(blocks*hd), len(fed)
+	kv := make([]float32, 2*blocks*n*hd)
+	for b := 0; b < blocks; b++ {
+		copy(kv[b*n*hd:(b+1)*n*hd], dc.kc[i][b*capa*hd:])
+		copy(kv[(blocks+b)*n*hd:(blocks+b+1)*n*hd], dc.vc[i][b*capa*hd:])
+	}
+	cache.store(key, slices.Clone(fed), kv)
 }
