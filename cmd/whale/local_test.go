@@ -149,5 +149,6 @@ func TestLocalServeAdapterDirAndToken(t *testing.T) {
 	t.Setenv("WHALE_TEST_UNSET_TOKEN", "")
 	whale(t, "local", "serve", "--checkpoint", base, "--token-env", "WHALE_TEST_UNSET_TOKEN").mustCode(t, exitUsage, "--token-env WHALE_TEST_UNSET_TOKEN")
 	whale(t, "local", "serve", "--checkpoint", base, "--adapter-dir", filepath.Join(adapters, "missing")).mustCode(t, exitUsage, "--adapter-dir")
+	whale(t, "local", "serve", "--checkpoint", base, "--prefix-cache-mib", "-1").mustCode(t, exitUsage, "--prefix-cache-mib -1: want 0 (off)")
 	whale(t, "index", "serve", "--name", "x", "--root", fileRoot(t).url, "--token-env", "WHALE_TEST_UNSET_TOKEN").mustCode(t, exitUsage, "--token-env WHALE_TEST_UNSET_TOKEN")
 }
