@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -29,24 +30,8 @@ type PretrainOptions struct {
 // Or returns o with every zero field of Seed, Steps, Batch, LR, Warmup and
 // LogEvery taken from d (a world's defaults).
 func (o PretrainOptions) Or(d PretrainOptions) PretrainOptions {
-	if o.Seed == 0 {
-		o.Seed = d.Seed
-	}
-	if o.Steps == 0 {
-		o.Steps = d.Steps
-	}
-	if o.Batch == 0 {
-		o.Batch = d.Batch
-	}
-	if o.LR == 0 {
-		o.LR = d.LR
-	}
-	if o.Warmup == 0 {
-		o.Warmup = d.Warmup
-	}
-	if o.LogEvery == 0 {
-		o.LogEvery = d.LogEvery
-	}
+	o.Seed, o.Steps, o.Batch = cmp.Or(o.Seed, d.Seed), cmp.Or(o.Steps, d.Steps), cmp.Or(o.Batch, d.Batch)
+	o.LR, o.Warmup, o.LogEvery = cmp.Or(o.LR, d.LR), cmp.Or(o.Warmup, d.Warmup), cmp.Or(o.LogEvery, d.LogEvery)
 	return o
 }
 
