@@ -160,11 +160,11 @@ type Server struct {
 	calls       int
 	inFlight    int
 	maxInFlight int
-	slots       chan struct{} // nil: unbounded
-	vllm        *VLLM         // nil: not a fake vLLM (see Server.VLLM)
+	slots       *schedule // nil: unbounded
+	vllm        *VLLM     // nil: not a fake vLLM (see Server.VLLM)
 	running     int
 	maxRunning  int
-	held        time.Duration
+	held, late  time.Duration
 }
 
 // NewServer starts a fake server on loopback that replies with h, and closes
@@ -207,16 +207,19 @@ func (s *Server) Record(on bool) {
 
 // SetSlots makes the server process at most n calls at once, as a vLLM
 // server with max_num_seqs=n does: a call waits for a free slot (it is
-// queued, not rejected), then its reply's Delay runs, then it frees the
-// slot and the reply is written. With Always(Reply{Delay: d}) the server
-// serves at most n/d calls per second. n <= 0 removes the bound. Calls
-// already waiting keep the slots they were queued on.
+// queued, not rejected, in arrival order), then its reply's Delay runs,
+// then it frees the slot and the reply is written. A slot's calls follow
+// each other exactly, in model time (see schedule): with
+// Always(Reply{Delay: d}) the server serves n/d calls per second to a
+// client that keeps it busy, however late its own goroutines wake. n <= 0
+// removes the bound. Calls already waiting keep the slots they were
+// queued on.
 func (s *Server) SetSlots(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slots = nil
 	if n > 0 {
-		s.slots = make(chan struct{}, n)
+		s.slots = newSchedule(n)
 	}
 }
 
@@ -243,13 +246,21 @@ func (s *Server) MaxInFlight() int {
 }
 
 // Held is the time calls spent holding a slot so far, summed over the
-// calls (see SetSlots; without slots, the time spent on their Delay). A
-// call holds its slot for its Delay and for however late the server's
-// timer and its goroutine's wake-up are.
+// calls: with slots (see SetSlots) their Delays, without them the time
+// spent waiting for their Delays.
 func (s *Server) Held() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.held
+}
+
+// Late is how much later than their slots' ends (see SetSlots) the
+// server got to writing replies, summed over the calls: the timer's and
+// the goroutine's wake-up, which a busy machine delays.
+func (s *Server) Late() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.late
 }
 
 // MaxRunning is the most chat completion calls that held a slot at once
@@ -315,35 +326,43 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, req, rep)
 }
 
-// process takes one of slots (nil: no bound), waits delay and frees the
-// slot. It returns false if the client went away meanwhile; it aborts the
-// handler if the server closes.
-func (s *Server) process(r *http.Request, slots chan struct{}, delay time.Duration) bool {
-	if slots != nil {
-		select {
-		case slots <- struct{}{}:
-			defer func() { <-slots }()
-		case <-r.Context().Done():
-			return false
-		case <-s.done:
-			panic(http.ErrAbortHandler)
-		}
-	}
+// process waits for a slot (nil: no bound) and for delay. It returns
+// false if the client went away meanwhile; it aborts the handler if the
+// server closes.
+func (s *Server) process(r *http.Request, slots *schedule, delay time.Duration) bool {
+	var end time.Time
 	s.mu.Lock()
-	s.running++
-	s.maxRunning = max(s.maxRunning, s.running)
+	if slots != nil {
+		// Taken under the lock: bookings must see arrival times in order.
+		var running int
+		_, end, running = slots.book(time.Now(), delay)
+		s.maxRunning = max(s.maxRunning, running)
+		s.held += delay
+	} else {
+		s.running++
+		s.maxRunning = max(s.maxRunning, s.running)
+	}
 	s.mu.Unlock()
 	start := time.Now()
 	defer func() {
+		now := time.Now()
 		s.mu.Lock()
-		s.running--
-		s.held += time.Since(start)
+		if slots != nil {
+			s.late += max(0, now.Sub(end))
+		} else {
+			s.running--
+			s.held += now.Sub(start)
+		}
 		s.mu.Unlock()
 	}()
-	if delay <= 0 {
+	wait := delay
+	if slots != nil {
+		wait = time.Until(end)
+	}
+	if wait <= 0 {
 		return true
 	}
-	t := time.NewTimer(delay)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -106,8 +106,9 @@ func BenchmarkRolloutStage(b *testing.B) {
 // the whole rollout stage uses (tasks read, harness, model calls through
 // the real models.Client, Parquet rows, commit, on mem://). Each of 4 fake
 // servers has 64 slots (modeltest's SetSlots, as vLLM's max_num_seqs=64)
-// and answers a call 50 ms or 200 ms after the call gets a slot, so they
-// serve at most capacity_calls/s = 4 × 64 / latency. The client has the 4
+// and runs a call for 50 ms or 200 ms once it has a slot, a slot's calls
+// back to back in model time as a GPU's batch runs them, so they serve at
+// most capacity_calls/s = 4 × 64 / latency. The client has the 4
 // endpoints and Concurrency 64 per endpoint ("conc=slots": a freed slot
 // waits a round trip for the client's next call) or 128 ("conc=2x": a
 // call is queued at the server for each slot, as vLLM queues requests
@@ -125,20 +126,18 @@ func BenchmarkRolloutStage(b *testing.B) {
 // client dials once. A run is 96 latencies' worth of calls (24,576: ~5 s
 // at 50 ms, ~20 s at 200 ms), so that the first wave's start and the last
 // one's end, a fixed ~0.4 latency, cost under 0.5%. utilisation =
-// calls/s ÷ capacity_calls/s.
+// calls/s ÷ capacity_calls/s; steady_utilisation leaves out the first and
+// last fifth of the window (ramp-up and tail).
 //
-// Alternating with the stage, a bare HTTP loop (modeltest.Bare, 64 calls
-// in flight per endpoint, like the client) makes as many calls to the
+// Alternating with the stage, a bare HTTP loop (modeltest.Bare, as many
+// calls in flight per endpoint as the client) makes as many calls to the
 // same servers: bare_utilisation is what the machine and the fake servers
-// allow (their timers and wake-ups are late on a loaded machine, and each
-// slot waits a round trip for its next call), ratio is utilisation over
-// it. slot_hold_ms is how long a call of the stage runs held its slot:
-// the latency plus the fake server's own lateness, which no client can
-// make up for. occupancy is the share of the slots' time that calls held
-// them over the run's window: what whale keeps busy, the server's own
-// lateness counted as busy. cpu_us/call is the process's CPU time (stage, client and
-// fake servers) per call during the stage runs. ns/op times a stage run
-// and a bare run together; -benchtime 1x of all twelve takes ~5 min on 2 cores.
+// allow, ratio is utilisation over it. late_ms is how late, on average, the fake servers wrote a reply
+// after its slot's end (their goroutines share the 2 cores with whale);
+// it delays the client, not the next call on the slot. cpu_us/call is the
+// process's CPU time (stage, client and fake servers) per call during the
+// stage runs. ns/op times a stage run and a bare run together;
+// -benchtime 1x of all twelve takes ~5 min on 2 cores.
 func BenchmarkEndpointUtilisation(b *testing.B) {
 	const endpoints, slots, g, waves = 4, 64, 8, 96
 	const calls = waves * endpoints * slots
@@ -220,9 +219,9 @@ func benchUtilisation(b *testing.B, endpoints, slots, conc int, latency time.Dur
 		}
 		return n
 	}
-	held := func() (d time.Duration) {
+	late := func() (d time.Duration) {
 		for _, srv := range srvs {
-			d += srv.Held()
+			d += srv.Late()
 		}
 		return d
 	}
@@ -266,7 +265,7 @@ func benchUtilisation(b *testing.B, endpoints, slots, conc int, latency time.Dur
 	runBare(2 * endpoints * slots)
 
 	calls := n * g * turns
-	var window, steadyWindow, stageTime, bareTime, hold time.Duration
+	var window, steadyWindow, stageTime, bareTime, lateness time.Duration
 	var cpu float64
 	measured, steadyCalls := 0, 0
 	for ; b.Loop(); measured++ {
@@ -276,10 +275,10 @@ func benchUtilisation(b *testing.B, endpoints, slots, conc int, latency time.Dur
 			bareTime += runBare(calls)
 		}
 		m.reset()
-		c0, h0 := cpuSeconds(), held()
+		c0, l0 := cpuSeconds(), late()
 		stageTime += run(cfg, n*g)
 		cpu += cpuSeconds() - c0
-		hold += held() - h0
+		lateness += late() - l0
 		window += m.span()
 		n, w := m.steady()
 		steadyCalls += n
@@ -304,8 +303,7 @@ func benchUtilisation(b *testing.B, endpoints, slots, conc int, latency time.Dur
 	b.ReportMetric(total/stageTime.Seconds()/capacity, "stage_utilisation")
 	b.ReportMetric(bareUtil, "bare_utilisation")
 	b.ReportMetric(rate/capacity/bareUtil, "ratio")
-	b.ReportMetric(hold.Seconds()*1e3/total, "slot_hold_ms")
-	b.ReportMetric(hold.Seconds()/(window.Seconds()*float64(endpoints*slots)), "occupancy")
+	b.ReportMetric(lateness.Seconds()*1e3/total, "late_ms")
 	b.ReportMetric(cpu*1e6/total, "cpu_us/call")
 }
 
